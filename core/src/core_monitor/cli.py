@@ -1,0 +1,108 @@
+"""The ``monitors`` command: which backends are installed, and whether they load.
+
+``monitors list`` reads package metadata only: it imports no plugin module and no SDK, so it is
+fast and works when a plugin is broken. ``monitors list --check`` imports each plugin to prove
+it loads; its exit status is 1 when one does not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+from . import discovery
+
+NO_BACKENDS = (
+    "No backend is installed. Install one, e.g. `pip install trackio-monitor` "
+    "(also: tensorboard-monitor, wandb-monitor)."
+)
+
+
+def _rows(check: bool) -> list[dict[str, str]]:
+    disabled = discovery.disabled_names()
+    rows = []
+    for name, infos in discovery.installed_backends().items():
+        for info in infos:
+            if name in disabled:
+                status = f"disabled ({discovery.DISABLE_ENV})"
+            elif len(infos) > 1:
+                others = ", ".join(i.distribution for i in infos if i is not info)
+                status = f"conflict: {name!r} is also claimed by {others}"
+            elif check:
+                try:
+                    discovery.load_backend(info)
+                    status = "ok"
+                except ImportError as error:  # BackendLoadError
+                    status = f"error: {error}"
+            else:
+                status = "installed"
+            rows.append({
+                "name": name,
+                "distribution": info.distribution,
+                "version": info.version,
+                "entry_point": info.target,
+                "status": status,
+            })
+    return rows
+
+
+def _table(rows: list[dict[str, str]]) -> str:
+    headers = {"name": "NAME", "distribution": "DISTRIBUTION", "version": "VERSION",
+               "entry_point": "ENTRY POINT", "status": "STATUS"}
+    widths = {k: max(len(h), *(len(r[k]) for r in rows)) for k, h in headers.items()}
+    lines = [headers, *rows]
+    return "\n".join(
+        "  ".join(line[k].ljust(widths[k]) for k in headers).rstrip() for line in lines
+    )
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    rows = _rows(args.check)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    elif rows:
+        print(_table(rows))
+    else:
+        print(NO_BACKENDS)
+    broken = [r for r in rows if r["status"].startswith(("error", "conflict"))]
+    return 1 if args.check and broken else 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="monitors",
+        description="Inspect the experiment-tracker backends installed for core-monitor.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    listing = commands.add_parser(
+        "list",
+        help="list installed backends (reads metadata only; imports nothing)",
+        description="List the backends declared in the entry-point group "
+        f"{discovery.GROUP!r}: name, distribution, version, entry point, status.",
+    )
+    listing.add_argument("--json", action="store_true", help="print JSON for machines")
+    listing.add_argument(
+        "--check", action="store_true",
+        help="import each backend to prove it loads; exit 1 if one does not",
+    )
+    listing.set_defaults(handler=cmd_list)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``monitors`` command with ``argv`` (default ``sys.argv[1:]``); return its exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
+    return int(args.handler(args))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,400 @@
+"""``Monitor``: the one object training code logs through; it fans each batch out to its backends."""
+
+from __future__ import annotations
+
+import atexit
+import inspect
+import logging
+import os
+import signal
+import threading
+import time
+import warnings
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pluggy
+
+from . import hookspecs
+from .config import load_monitor_config, sanitize_config
+from .discovery import find_backend, load_backend
+from .errors import BackendWarning, ConfigError
+from .events import MAX_STEP, Event, check_step, flatten, to_float
+from .run import RunInfo, default_run_name, detect_rank
+
+logger = logging.getLogger("core_monitor")
+
+_HOOKS = ("monitor_write", "monitor_flush", "monitor_close")
+
+
+class Monitor:
+    """Log scalars once; every selected backend stores them at the caller's step.
+
+    Args:
+        backends: backend names as installed (``monitors list``), e.g. ``["trackio",
+            "tensorboard"]``, or backend classes (a class's name is its ``name`` attribute, else
+            its ``__name__``). One name may be given as a plain ``str``. Must not be empty.
+        project: project name (wandb/Trackio "project"; TensorBoard's first folder level).
+        name: run name; default ``YYYYmmdd-HHMMSS-host``, the same for every backend.
+        config: hyperparameters; stored flat and JSON-safe (``config.sanitize_config``).
+        log_dir: folder local backends write under (``str`` or ``Path``); ``None`` lets each
+            SDK use its own default. When given it wins over ``TRACKIO_DIR``/``WANDB_DIR``.
+        strict: re-raise a backend's exception (after every other backend got the call)
+            instead of warning once and counting it in ``failures``.
+        rank_zero_only: only rank 0 constructs backends; other ranks validate what they log
+            and write nothing (they import no SDK). ``False`` writes from every rank.
+        **backend_options: one mapping per backend name, its keyword options, e.g.
+            ``wandb={"mode": "offline"}``.
+
+    Raises:
+        ConfigError: no backend selected, an option for an unselected backend, or an option
+            the backend does not accept (the message names backend, option and accepted ones).
+        UnknownBackendError: a name that no installed distribution declares.
+        BackendLoadError: a selected plugin or its SDK fails to import.
+    """
+
+    def __init__(
+        self,
+        backends: Sequence[str | type] | str,
+        *,
+        project: str,
+        name: str | None = None,
+        config: Any = None,
+        log_dir: str | os.PathLike[str] | None = None,
+        strict: bool = False,
+        rank_zero_only: bool = True,
+        **backend_options: Mapping[str, Any],
+    ) -> None:
+        if isinstance(backends, (str, type)):
+            backends = [backends]
+        if not backends:
+            raise ConfigError(
+                "no backend selected: pass at least one name, e.g. Monitor(['trackio'], ...); "
+                "`monitors list` shows the installed ones"
+            )
+        if not isinstance(project, str) or not project:
+            raise ConfigError(f"project={project!r} must be a non-empty str")
+        rank, world_size = detect_rank()
+        self.run = RunInfo(
+            project=project,
+            name=name or default_run_name(),
+            config=sanitize_config(config),
+            log_dir=Path(log_dir) if log_dir is not None else None,
+            rank=rank,
+            world_size=world_size,
+        )
+        self.strict = strict
+        #: Failures per backend name: how many hook calls raised.
+        self.failures: dict[str, int] = {}
+        self._next_step = 0
+        self._closed = False
+        self._names: list[str] = []
+        self._calls: dict[str, list[tuple[str, Callable[..., Any]]]] = {h: [] for h in _HOOKS}
+        self._pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
+        self._pm.add_hookspecs(hookspecs)
+
+        classes = _resolve(backends)
+        unused = set(backend_options) - set(classes)
+        if unused:
+            raise ConfigError(
+                f"options given for {sorted(unused)}, which are not selected "
+                f"(selected: {list(classes)}); select them or drop their options"
+            )
+        for backend_name, cls in classes.items():
+            _check_options(backend_name, cls, backend_options.get(backend_name) or {})
+        self._active = rank == 0 or not rank_zero_only
+        if self._active:
+            for backend_name, cls in classes.items():
+                self._start(backend_name, cls, dict(backend_options.get(backend_name) or {}))
+        _register(self)
+
+    @staticmethod
+    def backend_name(cls: type) -> str:
+        """The name a backend class passed directly is known by: ``cls.name`` or ``__name__``."""
+        name = getattr(cls, "name", None)
+        return name if isinstance(name, str) and name else cls.__name__
+
+    @classmethod
+    def from_config(
+        cls, source: Mapping[str, Any] | str | os.PathLike[str], **overrides: Any
+    ) -> Monitor:
+        """Build a monitor from a mapping or a ``.toml``/``.json`` file.
+
+        See ``core_monitor.config.load_monitor_config`` for the format. ``overrides`` are
+        ``Monitor`` keyword arguments that win over the file (e.g. ``name=...``).
+
+        Raises:
+            ConfigError: as ``load_monitor_config`` and ``Monitor`` do.
+        """
+        kwargs = load_monitor_config(source)
+        kwargs.update(overrides)
+        return cls(kwargs.pop("backends"), **kwargs)
+
+    @property
+    def backends(self) -> list[str]:
+        """Names of the backends this process writes to, in start order (empty off rank 0)."""
+        return list(self._names)
+
+    # Logging ---------------------------------------------------------------------------------
+
+    def log(self, metrics: Mapping[str, Any], step: int | None = None) -> int:
+        """Log scalars at one step, as ``wandb.log``/``accelerate.Accelerator.log`` do.
+
+        Args:
+            metrics: ``{tag: value}``; nested mappings are flattened with ``/``. Values are
+                numbers or anything with ``.item()`` (numpy/torch scalars, 0-d arrays).
+            step: ``int`` with ``0 <= step < 2**63``, stored exactly, even when lower than an
+                earlier step; ``None`` for the largest step seen so far + 1 (0 at first).
+
+        Returns:
+            The step the scalars were stored at.
+
+        Raises:
+            TypeError: a tag is not a non-empty ``str``, a value is not a number (the message
+                names the tag), or ``step`` is a ``bool``/``float``. Nothing of this call is
+                written.
+            ValueError: ``step`` is out of range. Nothing of this call is written.
+            RuntimeError: the monitor is closed.
+        """
+        if self._closed:
+            raise RuntimeError(f"Monitor for run {self.run.name!r} is closed; log() before close()")
+        if step is None:
+            step = self._next_step
+        elif type(step) is not int or not 0 <= step <= MAX_STEP:
+            step = check_step(step)
+        now = time.time()
+        new = tuple.__new__
+        events = []
+        append = events.append
+        for tag, value in metrics.items():
+            if type(value) is float and type(tag) is str and tag:  # the common case, kept fast
+                append(new(Event, (tag, value, step, now)))
+            elif isinstance(value, Mapping) or type(tag) is not str or not tag:
+                for sub_tag, sub_value in flatten({tag: value}):
+                    append(new(Event, (sub_tag, to_float(sub_tag, sub_value), step, now)))
+            else:
+                append(new(Event, (tag, to_float(tag, value), step, now)))
+        if step >= self._next_step:
+            self._next_step = step + 1
+        if events:
+            self._write(events)
+        return step
+
+    def write_events(self, events: Iterable[tuple[str, Any, int | None]]) -> None:
+        """Log DeepSpeed-style event tuples ``(tag, value, step)`` as one batch.
+
+        The convention is DeepSpeed's monitor API (``deepspeed.monitor.Monitor.write_events``).
+        Each tuple carries its own step; a ``None`` step means the next step (the largest seen
+        so far + 1), the same number for every ``None`` of this call.
+
+        Raises:
+            TypeError, ValueError: as ``log`` does; nothing of this call is written.
+            RuntimeError: the monitor is closed.
+        """
+        if self._closed:
+            raise RuntimeError(f"Monitor for run {self.run.name!r} is closed; log() before close()")
+        now = time.time()
+        auto = self._next_step
+        batch = []
+        top = auto - 1
+        for item in events:
+            if not isinstance(item, Sequence) or isinstance(item, str) or len(item) != 3:
+                raise TypeError(f"event {item!r:.80} is not a (tag, value, step) tuple")
+            tag, value, step = item
+            if type(tag) is not str or not tag:
+                raise TypeError(f"event tag {tag!r} is not a non-empty str")
+            step = auto if step is None else check_step(step)
+            top = max(top, step)
+            batch.append(Event(tag, to_float(tag, value), step, now))
+        self._next_step = max(self._next_step, top + 1)
+        if batch:
+            self._write(batch)
+
+    def flush(self) -> None:
+        """Ask every backend to make what it has so far durable and readable (no-op once closed)."""
+        if not self._closed:
+            self._call("monitor_flush")
+
+    def close(self) -> None:
+        """Flush and close every backend, in reverse start order. A second call does nothing.
+
+        Every backend is flushed and closed even when another one raises.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        _unregister(self)
+        for backend_name, flush in reversed(self._calls["monitor_flush"]):
+            self._guarded(backend_name, "monitor_flush", flush)
+        for backend_name, close in reversed(self._calls["monitor_close"]):
+            self._guarded(backend_name, "monitor_close", close)
+        self._raise_pending()
+
+    @property
+    def closed(self) -> bool:
+        """Whether ``close()`` has run."""
+        return self._closed
+
+    def __enter__(self) -> Monitor:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"<Monitor {self.run.project}/{self.run.name} {self._names} {state}>"
+
+    # Dispatch --------------------------------------------------------------------------------
+
+    def _write(self, events: list[Event]) -> None:
+        batch = tuple(events)
+        for backend_name, write in self._calls["monitor_write"]:
+            try:
+                write(events=batch)
+            except Exception as error:
+                self._failed(backend_name, "monitor_write", error)
+        self._raise_pending()
+
+    def _call(self, hook: str) -> None:
+        for backend_name, function in self._calls[hook]:
+            self._guarded(backend_name, hook, function)
+        self._raise_pending()
+
+    def _guarded(self, backend_name: str, hook: str, function: Callable[..., Any]) -> None:
+        try:
+            function()
+        except Exception as error:
+            self._failed(backend_name, hook, error)
+
+    _pending: BaseException | None = None
+
+    def _failed(self, backend_name: str, hook: str, error: Exception) -> None:
+        count = self.failures.get(backend_name, 0)
+        self.failures[backend_name] = count + 1
+        if self.strict:
+            if self._pending is None:
+                if hasattr(error, "add_note"):
+                    error.add_note(f"(raised by backend {backend_name!r} in {hook})")
+                self._pending = error
+            return
+        if count == 0:
+            message = (
+                f"backend {backend_name!r} failed in {hook}: {type(error).__name__}: {error}. "
+                "The other backends carry on; further failures of this backend are counted in "
+                "Monitor.failures, not reported (strict=True raises instead)."
+            )
+            logger.error(message, exc_info=error)
+            warnings.warn(message, BackendWarning, stacklevel=4)
+
+    def _raise_pending(self) -> None:
+        error, self._pending = self._pending, None
+        if error is not None:
+            raise error
+
+    def _start(self, backend_name: str, cls: type, options: dict[str, Any]) -> None:
+        try:
+            instance = cls(self.run, **options)
+        except ConfigError:
+            self.close()
+            raise
+        except Exception as error:
+            if self.strict:
+                self.close()
+                raise
+            self._failed(backend_name, "start", error)
+            return
+        self._pm.register(instance, name=backend_name)
+        for hook in _HOOKS:
+            for impl in getattr(self._pm.hook, hook).get_hookimpls():
+                if impl.plugin is instance:
+                    self._calls[hook].append((backend_name, impl.function))
+        self._names.append(backend_name)
+
+
+def _resolve(backends: Sequence[str | type]) -> dict[str, type]:
+    """Map each selected name to its class; find every name before importing any plugin."""
+    found: dict[str, Any] = {}
+    for backend in backends:
+        if isinstance(backend, type):
+            key = Monitor.backend_name(backend)
+            value: Any = backend
+        elif isinstance(backend, str) and backend:
+            key, value = backend, find_backend(backend)
+        else:
+            raise ConfigError(f"backend {backend!r} is neither a backend name nor a class")
+        if key in found:
+            raise ConfigError(f"backend {key!r} is selected twice; list each backend once")
+        found[key] = value
+    return {k: v if isinstance(v, type) else load_backend(v) for k, v in found.items()}
+
+
+def _check_options(backend_name: str, cls: type, options: Mapping[str, Any]) -> None:
+    """Raise ``ConfigError`` for an option the backend's ``__init__`` does not take."""
+    if not isinstance(options, Mapping):
+        raise ConfigError(f"options of backend {backend_name!r} must be a mapping, not "
+                          f"{type(options).__name__}")
+    params = list(inspect.signature(cls).parameters.values())[1:]  # after `run`
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return
+    accepted = [p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    for option in options:
+        if option not in accepted:
+            raise ConfigError(
+                f"backend {backend_name!r} has no option {option!r}; accepted options: "
+                f"{', '.join(accepted) or 'none'}"
+            )
+
+
+# Safety net: close monitors the user forgot, at exit and on SIGTERM ----------------------------
+
+#: Monitors not yet closed, oldest first. Strong references: a monitor the user dropped without
+#: closing must still be closed at exit, or its buffered rows are lost (case C3).
+_open: dict[int, Monitor] = {}
+_previous_sigterm: Any = None
+_sigterm_installed = False
+
+
+def close_all() -> None:
+    """Close every open ``Monitor`` of this process (newest first). Called at exit."""
+    for monitor in reversed(list(_open.values())):
+        try:
+            monitor.close()
+        except Exception:  # at exit there is nobody left to raise to
+            logger.exception("closing %r at exit failed", monitor)
+
+
+def _register(monitor: Monitor) -> None:
+    _open[id(monitor)] = monitor
+    # Last registered runs first: re-registering after the backends started puts this ahead
+    # of the atexit handlers the SDKs registered in their own init (Trackio's, for one).
+    atexit.unregister(close_all)
+    atexit.register(close_all)
+    _install_sigterm()
+
+
+def _unregister(monitor: Monitor) -> None:
+    _open.pop(id(monitor), None)
+
+
+def _install_sigterm() -> None:
+    """Close monitors on SIGTERM, then let the previous handler (or the default) run."""
+    global _sigterm_installed, _previous_sigterm
+    if _sigterm_installed or threading.current_thread() is not threading.main_thread():
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+    if previous is signal.SIG_IGN:
+        return
+    _previous_sigterm = previous
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    _sigterm_installed = True
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    close_all()
+    if callable(_previous_sigterm):
+        _previous_sigterm(signum, frame)
+        return
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)

@@ -1,0 +1,78 @@
+"""``RunInfo``: what every backend is told about the run, and how the run's name and rank are chosen."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """The run a backend is constructed for: ``Backend(run: RunInfo, **options)``.
+
+    Attributes:
+        project: project name, shared by runs that belong together (wandb/Trackio "project").
+        name: run name. When the caller gives none the core makes one (``default_run_name``),
+            so every backend names the run alike.
+        config: hyperparameters, already sanitised by ``core_monitor.config.sanitize_config``:
+            a flat, read-only mapping of ``str`` keys (nesting joined with ``.``) to JSON-safe
+            values.
+        log_dir: root folder under which a local backend writes, or ``None`` for the SDK's own
+            default. A ``log_dir`` given here wins over ``TRACKIO_DIR`` / ``WANDB_DIR``.
+        rank: this process's rank (0 for single-process training).
+        world_size: number of processes in the job (1 for single-process training).
+    """
+
+    project: str
+    name: str
+    config: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    log_dir: Path | None = None
+    rank: int = 0
+    world_size: int = 1
+
+
+def default_run_name(now: float | None = None) -> str:
+    """Return a run name such as ``20261130-184200-myhost`` (local time, then host name)."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
+    host = socket.gethostname().split(".")[0] or "host"
+    return f"{stamp}-{host}"
+
+
+def detect_rank() -> tuple[int, int]:
+    """Return ``(rank, world_size)`` of this process.
+
+    Read at call time, in this order: ``torch.distributed`` when it is already imported and
+    initialised (this never imports torch); ``RANK``/``WORLD_SIZE`` (torchrun, accelerate);
+    ``SLURM_PROCID``/``SLURM_NTASKS`` (srun); otherwise ``(0, 1)``.
+
+    Raises:
+        ValueError: one of those variables is set but not an integer.
+    """
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None:
+        try:
+            if dist.is_available() and dist.is_initialized():
+                return int(dist.get_rank()), int(dist.get_world_size())
+        except Exception:  # a half-initialised process group: fall back to the environment
+            pass
+    for rank_var, size_var in (("RANK", "WORLD_SIZE"), ("SLURM_PROCID", "SLURM_NTASKS")):
+        if rank_var in os.environ:
+            return _env_int(rank_var, 0), _env_int(size_var, 1)
+    return 0, 1
+
+
+def _env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name, "")
+    if not raw.strip():
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"environment variable {name}={raw!r} is not an integer") from None
