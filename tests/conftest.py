@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+pytest_plugins = ["pytester"]  # tests/core/test_contract_kit.py runs the kit on broken backends
+
 _SESSION_HOME = Path(tempfile.mkdtemp(prefix="monitors-tests-"))
 
 OFFLINE_ENV = {

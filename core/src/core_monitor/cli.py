@@ -95,7 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the ``monitors`` command with ``argv`` (default ``sys.argv[1:]``); return its exit status."""
+    """Run ``monitors`` with ``argv`` (default ``sys.argv[1:]``); return the exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:

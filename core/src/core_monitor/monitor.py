@@ -1,4 +1,4 @@
-"""``Monitor``: the one object training code logs through; it fans each batch out to its backends."""
+"""``Monitor``: the one object training code logs through; it fans each batch out to backends."""
 
 from __future__ import annotations
 

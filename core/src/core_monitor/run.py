@@ -1,4 +1,4 @@
-"""``RunInfo``: what every backend is told about the run, and how the run's name and rank are chosen."""
+"""``RunInfo``: what every backend is told about the run; how run name and rank are chosen."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The contract kit: one test suite every backend runs, written once (model: ``fsspec.tests.abstract``).
+"""The contract kit: one test suite every backend runs (model: ``fsspec.tests.abstract``).
 
 A plugin's tests subclass ``MonitorContract`` and supply two fixtures::
 
@@ -13,7 +13,7 @@ A plugin's tests subclass ``MonitorContract`` and supply two fixtures::
         def read_rows(self):
             def read(run):              # run: core_monitor.RunInfo of the finished run
                 ...                     # read YOUR backend's own storage under run.log_dir
-                return rows             # list of (tag: str, step: int, value: float), in storage order
+                return rows             # [(tag: str, step: int, value: float)], storage order
             return read
 
 Optionally override ``backend_options`` (a dict of the backend's keyword options). The kit
@@ -119,7 +119,7 @@ class MonitorContract:
         for tag, points in want.items():
             expected = [(s, _stored(v, dtype)) for s, v in points]
             assert [s for s, _ in got[tag]] == [s for s, _ in expected], f"steps of {tag!r}"
-            for (_, g), (_, w) in zip(got[tag], expected):
+            for (_, g), (_, w) in zip(got[tag], expected, strict=True):
                 assert _same(g, w), f"{tag!r}: stored {g!r}, logged {w!r}"
 
     @pytest.fixture
@@ -131,7 +131,7 @@ class MonitorContract:
     def test_explicit_steps_are_stored_exactly(self, make_monitor, stored, dtype):
         """Case C1: the caller's steps, not the backend's own counter."""
         monitor = make_monitor()
-        for step, loss in zip([0, 10, 20, 120], [0.3, 0.25, 0.2, 0.1]):
+        for step, loss in zip([0, 10, 20, 120], [0.3, 0.25, 0.2, 0.1], strict=True):
             monitor.log({"loss": loss}, step=step)
         self.assert_stored(
             stored(monitor), {"loss": [(0, 0.3), (10, 0.25), (20, 0.2), (120, 0.1)]}, dtype
