@@ -309,3 +309,36 @@ def test_every_rank_writes_when_rank_zero_only_is_false(make, monkeypatch):
     monitor.log({"loss": 1.0}, step=7)
     assert Recorder.instances[0].run.rank == 2
     assert [e.step for e in Recorder.instances[0].events] == [7]
+
+
+def test_a_backend_with_a_misspelt_hook_is_reported_and_the_others_run(make):
+    class Misspelt:
+        name = "misspelt"
+
+        def __init__(self, run):
+            pass
+
+        @hookimpl
+        def monitor_wrte(self, events):
+            pass
+
+    with pytest.warns(BackendWarning, match="'misspelt' failed in start.*monitor_wrte"):
+        monitor = make([Misspelt, Recorder])
+    assert monitor.backends == ["recorder"]
+    monitor.log({"loss": 1.0}, step=3)
+    assert [e.step for e in Recorder.instances[0].events] == [3]
+
+
+def test_a_backend_with_a_wrong_hook_signature_fails_in_strict_mode(make):
+    class WrongArgs:
+        name = "wrongargs"
+
+        def __init__(self, run):
+            pass
+
+        @hookimpl
+        def monitor_write(self, batch):
+            pass
+
+    with pytest.raises(Exception, match="batch"):
+        make([WrongArgs], strict=True)

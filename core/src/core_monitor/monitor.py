@@ -294,8 +294,12 @@ class Monitor:
             raise error
 
     def _start(self, backend_name: str, cls: type, options: dict[str, Any]) -> None:
+        instance = None
         try:
             instance = cls(self.run, **options)
+            # pluggy checks the hook signatures; check_pending catches a misspelt hook name.
+            self._pm.register(instance, name=backend_name)
+            self._pm.check_pending()
         except ConfigError:
             self.close()
             raise
@@ -304,8 +308,9 @@ class Monitor:
                 self.close()
                 raise
             self._failed(backend_name, "start", error)
+            if instance is not None and self._pm.is_registered(instance):
+                self._pm.unregister(instance)
             return
-        self._pm.register(instance, name=backend_name)
         for hook in _HOOKS:
             for impl in getattr(self._pm.hook, hook).get_hookimpls():
                 if impl.plugin is instance:
