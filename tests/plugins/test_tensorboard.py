@@ -1,0 +1,288 @@
+"""The TensorBoard backend: the contract kit, the user cases, and what TensorBoard itself reads.
+
+Everything is read back from the event files with TensorBoard's own readers
+(``EventAccumulator`` through ``tensorboard_monitor.read_rows``, ``LegacyEventFileLoader`` for
+raw events, the HParams plugin's own metadata parser).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.backend.event_processing.event_file_loader import LegacyEventFileLoader
+from tensorboard.plugins.hparams import metadata as hparams_metadata
+
+from core_monitor import ConfigError, Monitor, RunInfo
+from core_monitor.testing import MonitorContract
+from tensorboard_monitor import TensorBoardMonitor, hparam_value, read_rows, run_dir
+
+
+def rows_of(run: RunInfo) -> list[tuple[str, int, float]]:
+    return read_rows(run_dir(run.project, run.name, run.log_dir))
+
+
+def raw_events(folder: Path) -> list:
+    """Every ``Event`` protobuf of the folder's event files, in file order, as written."""
+    events = []
+    for path in sorted(folder.glob("events.out.tfevents.*")):
+        events.extend(LegacyEventFileLoader(str(path)).Load())
+    return events
+
+
+def scalar_events(folder: Path) -> list:
+    """The events that carry scalars (not the file-version or HParams events)."""
+    return [
+        e for e in raw_events(folder) if any(v.HasField("simple_value") for v in e.summary.value)
+    ]
+
+
+def session_start_info(folder: Path):
+    accumulator = EventAccumulator(str(folder)).Reload()
+    try:
+        content = accumulator.PluginTagToContent(hparams_metadata.PLUGIN_NAME)
+    except KeyError:  # the folder holds no HParams data at all
+        return None
+    return hparams_metadata.parse_session_start_info_plugin_data(
+        content[hparams_metadata.SESSION_START_INFO_TAG]
+    )
+
+
+class TestTensorBoardContract(MonitorContract):
+    @pytest.fixture
+    def backend_class(self):
+        return TensorBoardMonitor
+
+    @pytest.fixture
+    def read_rows(self):
+        return rows_of
+
+
+@pytest.fixture
+def logs(tmp_path: Path) -> Path:
+    return tmp_path / "logs"
+
+
+# Cases -------------------------------------------------------------------------------------------
+
+
+def test_c1_explicit_steps_reach_the_event_file_by_entry_point_name(logs):
+    with Monitor(["tensorboard"], project="p", name="c1", log_dir=logs) as monitor:
+        for step in (0, 10, 20, 120):
+            monitor.log({"loss": 0.3}, step=step)
+    assert [(t, s) for t, s, _ in read_rows(logs / "p" / "c1")] == [
+        ("loss", 0), ("loss", 10), ("loss", 20), ("loss", 120)
+    ]
+
+
+def test_c2_lower_step_is_kept_in_file_order_and_next_step_is_max_plus_one(logs):
+    with Monitor(["tensorboard"], project="p", name="c2", log_dir=logs) as monitor:
+        monitor.log({"loss": 1.0}, step=5)
+        monitor.log({"loss": 2.0}, step=3)
+        monitor.log({"loss": 3.0})
+    assert read_rows(logs / "p" / "c2") == [("loss", 5, 1.0), ("loss", 3, 2.0), ("loss", 6, 3.0)]
+    assert [e.step for e in scalar_events(logs / "p" / "c2")] == [5, 3, 6]
+
+
+@pytest.mark.parametrize("options", [{}, {"flush_secs": 3600, "max_queue": 1000}])
+def test_c3_process_exiting_without_close_loses_no_point(logs, options):
+    script = textwrap.dedent(
+        f"""
+        from core_monitor import Monitor
+        monitor = Monitor(["tensorboard"], project="p", name="c3", log_dir={str(logs)!r},
+                          tensorboard={options!r})
+        for step in range(3):
+            monitor.log({{"loss": step / 2}}, step=step)
+        # no close(), no flush(): the interpreter just exits
+        """
+    )
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=120, env=os.environ.copy())
+    assert read_rows(logs / "p" / "c3") == [("loss", 0, 0.0), ("loss", 1, 0.5), ("loss", 2, 1.0)]
+
+
+def test_c9_nan_and_infinities_are_stored_as_such(logs):
+    with Monitor(["tensorboard"], project="p", name="c9", log_dir=logs) as monitor:
+        monitor.log({"nan": math.nan, "inf": math.inf, "-inf": -math.inf}, step=1)
+    got = {tag: value for tag, _, value in read_rows(logs / "p" / "c9")}
+    assert math.isnan(got["nan"])
+    assert got["inf"] == math.inf
+    assert got["-inf"] == -math.inf
+
+
+# Storage: one Event per step row, wall time, float32, layout ----------------------------------
+
+
+def test_one_event_per_step_row_carries_every_scalar_of_the_row(logs):
+    with Monitor(["tensorboard"], project="p", name="rows", log_dir=logs) as monitor:
+        for step in range(5):
+            monitor.log({f"m{i}": step + i / 10 for i in range(8)}, step=step)
+        monitor.write_events([("a", 1.0, 7), ("b", 2.0, 7), ("a", 3.0, 8)])
+    events = scalar_events(logs / "p" / "rows")
+    assert [e.step for e in events] == [0, 1, 2, 3, 4, 7, 8]
+    assert [len(e.summary.value) for e in events] == [8] * 5 + [2, 1]
+    assert [v.tag for v in events[0].summary.value] == [f"m{i}" for i in range(8)]
+
+
+def test_event_wall_time_is_the_time_of_the_log_call(logs):
+    with Monitor(["tensorboard"], project="p", name="wall", log_dir=logs) as monitor:
+        before = time.time()
+        monitor.log({"loss": 1.0}, step=1)
+        after = time.time()
+        time.sleep(0.05)
+    (event,) = scalar_events(logs / "p" / "wall")
+    assert before <= event.wall_time <= after
+
+
+def test_values_are_float32(logs):
+    with Monitor(["tensorboard"], project="p", name="f32", log_dir=logs) as monitor:
+        monitor.log({"tenth": 0.1, "huge": 1e39, "tiny": 1e-50}, step=0)
+    got = {tag: value for tag, _, value in read_rows(logs / "p" / "f32")}
+    assert got == {"tenth": 0.10000000149011612, "huge": math.inf, "tiny": 0.0}
+
+
+def test_read_rows_returns_more_than_tensorboards_default_10000_points_per_tag(logs):
+    with Monitor(["tensorboard"], project="p", name="long", log_dir=logs) as monitor:
+        for step in range(10_050):
+            monitor.log({"loss": float(step)}, step=step)
+    rows = read_rows(logs / "p" / "long")
+    assert [s for _, s, _ in rows] == list(range(10_050))
+    assert [v for _, _, v in rows] == [float(s) for s in range(10_050)]
+
+
+def test_layout_is_log_dir_project_run_name_with_one_event_file(logs):
+    with Monitor(["tensorboard"], project="proj", name="sweep/lr-1", log_dir=logs) as monitor:
+        monitor.log({"loss": 1.0}, step=0)
+    files = [p.relative_to(logs) for p in logs.rglob("*") if p.is_file()]
+    assert len(files) == 1
+    assert files[0].parent == Path("proj/sweep/lr-1")
+    assert files[0].name.startswith("events.out.tfevents.")
+
+
+def test_without_log_dir_runs_go_under_dot_runs(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with Monitor(["tensorboard"], project="p", name="default") as monitor:
+        monitor.log({"loss": 1.0}, step=0)
+    assert run_dir("p", "default", None) == tmp_path / "runs" / "p" / "default"
+    assert read_rows(tmp_path / "runs" / "p" / "default") == [("loss", 0, 1.0)]
+
+
+def test_changing_directory_after_start_does_not_move_the_run(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with Monitor(["tensorboard"], project="p", name="cwd", log_dir="rel") as monitor:
+        elsewhere = tmp_path / "elsewhere"
+        elsewhere.mkdir()
+        monkeypatch.chdir(elsewhere)
+        monitor.log({"loss": 1.0}, step=0)
+    assert read_rows(tmp_path / "rel" / "p" / "cwd") == [("loss", 0, 1.0)]
+    assert not (elsewhere / "rel").exists()
+
+
+def test_filename_suffix_ends_the_event_file_name(logs):
+    with Monitor(["tensorboard"], project="p", name="sfx", log_dir=logs,
+                 tensorboard={"filename_suffix": ".v2"}) as monitor:
+        monitor.log({"loss": 1.0}, step=0)
+    (path,) = (logs / "p" / "sfx").iterdir()
+    assert path.name.endswith(".v2")
+    assert read_rows(path.parent) == [("loss", 0, 1.0)]
+
+
+def test_rank_above_zero_writes_its_own_sub_run(logs, monkeypatch):
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with Monitor(["tensorboard"], project="p", name="ddp", log_dir=logs,
+                 rank_zero_only=False, config={"lr": 0.1}) as monitor:
+        monitor.log({"loss": 1.0}, step=0)
+    assert read_rows(logs / "p" / "ddp" / "rank1") == [("loss", 0, 1.0)]
+    assert session_start_info(logs / "p" / "ddp" / "rank1") is None  # hparams: rank 0 only
+
+
+# HParams -------------------------------------------------------------------------------------
+
+
+def test_config_is_written_as_hparams_session_start_info(logs):
+    config = {"lr": 3e-4, "layers": [64, 64], "seed": None, "opt": {"name": "adam"},
+              "amp": True, "tag": "größe", "big": 2**60, "steps": 1000}
+    with Monitor(["tensorboard"], project="p", name="hp", log_dir=logs, config=config) as monitor:
+        monitor.log({"loss": 1.0}, step=0)
+    info = session_start_info(logs / "p" / "hp")
+    assert info is not None
+    hparams = {key: value.WhichOneof("kind") and getattr(value, value.WhichOneof("kind"))
+               for key, value in info.hparams.items()}
+    assert hparams == {
+        "lr": 3e-4, "layers": "[64, 64]", "seed": "null", "opt.name": "adam", "amp": True,
+        "tag": "größe", "big": str(2**60), "steps": 1000.0,
+    }
+    assert info.group_name == "p/hp"
+    assert read_rows(logs / "p" / "hp") == [("loss", 0, 1.0)]  # hparams are not scalars
+
+
+def test_hparams_false_or_empty_config_writes_no_hparams(logs):
+    with Monitor(["tensorboard"], project="p", name="off", log_dir=logs, config={"lr": 0.1},
+                 tensorboard={"hparams": False}):
+        pass
+    with Monitor(["tensorboard"], project="p", name="empty", log_dir=logs):
+        pass
+    assert session_start_info(logs / "p" / "off") is None
+    assert session_start_info(logs / "p" / "empty") is None
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (True, True), (3, 3.0), (0.5, 0.5), ("adam", "adam"), (None, "null"),
+        ([64, 64], "[64, 64]"), ({"b": 1, "a": "é"}, '{"a": "é", "b": 1}'),
+        (2**53 + 1, "9007199254740993"), (math.nan, "nan"), (-math.inf, "-inf"),
+    ],
+)
+def test_hparam_value_conversion(value, expected):
+    assert hparam_value(value) == expected
+    assert type(hparam_value(value)) is type(expected)
+
+
+# Options and lifecycle ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("flush_secs", 0), ("flush_secs", -1.0), ("flush_secs", math.inf), ("flush_secs", "5"),
+        ("flush_secs", True), ("max_queue", 0), ("max_queue", 2.5), ("max_queue", False),
+        ("filename_suffix", "a/b"), ("filename_suffix", 3), ("hparams", "yes"),
+    ],
+)
+def test_bad_option_value_raises_config_error_naming_it(logs, option, value):
+    with pytest.raises(ConfigError, match=option):
+        Monitor(["tensorboard"], project="p", name="bad", log_dir=logs,
+                tensorboard={option: value})
+
+
+def test_unknown_option_raises_config_error_listing_accepted_ones(logs):
+    with pytest.raises(ConfigError, match="flush_secs"):
+        Monitor(["tensorboard"], project="p", log_dir=logs, tensorboard={"flush_sec": 5})
+
+
+@pytest.mark.parametrize(("project", "name"), [("..", "r"), ("p", "../r"), ("p", "a//b"),
+                                               ("/abs", "r"), ("p", ".")])
+def test_names_that_would_leave_log_dir_are_refused(logs, project, name):
+    with pytest.raises(ConfigError, match="log_dir"):
+        run_dir(project, name, logs)
+
+
+def test_flush_after_close_does_nothing_and_close_twice_is_safe(logs):
+    backend = TensorBoardMonitor(RunInfo(project="p", name="direct", log_dir=logs))
+    backend.monitor_close()
+    backend.monitor_flush()
+    backend.monitor_close()
+    assert read_rows(logs / "p" / "direct") == []
+
+
+def test_read_rows_of_a_missing_folder_raises(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        read_rows(tmp_path / "nothing")
