@@ -2,7 +2,8 @@
 
 ``monitors list`` reads package metadata only: it imports no plugin module and no SDK, so it is
 fast and works when a plugin is broken. ``monitors list --check`` imports each plugin to prove
-it loads; its exit status is 1 when one does not.
+it loads; its exit status is 1 when one does not, or when two distributions claim one name
+(selecting that name would fail).
 """
 
 from __future__ import annotations
@@ -88,7 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
     listing.add_argument("--json", action="store_true", help="print JSON for machines")
     listing.add_argument(
         "--check", action="store_true",
-        help="import each backend to prove it loads; exit 1 if one does not",
+        help="import each backend to prove it loads; exit 1 if one does not, or if two "
+        "distributions claim one name",
     )
     listing.set_defaults(handler=cmd_list)
     return parser

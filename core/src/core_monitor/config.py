@@ -7,6 +7,7 @@ backend can store. ``load_monitor_config`` reads the ``Monitor.from_config`` for
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import enum
 import json
@@ -15,7 +16,7 @@ import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path, PurePath
-from types import MappingProxyType
+from types import MappingProxyType, SimpleNamespace
 from typing import Any
 
 from .errors import ConfigError
@@ -30,37 +31,36 @@ else:  # pragma: no cover - exercised on 3.10 only
 #: visibly apart from metric tags (joined with ``/``).
 CONFIG_SEP = "."
 
-_SCALARS = (str, int, float, bool, type(None))
-
-
 def sanitize_config(config: Any) -> Mapping[str, Any]:
     """Return ``config`` as a flat, read-only, JSON-safe mapping. Never raises on odd values.
 
     Rules, applied recursively:
 
-    * mappings, dataclass instances and objects with ``__dict__`` such as
-      ``argparse.Namespace`` are flattened, keys joined with ``.`` (``CONFIG_SEP``); non-``str``
-      keys become ``str(key)``;
-    * ``None``, ``bool``, ``int``, ``str`` and finite ``float`` stay as they are;
-      NaN and +/-inf become the strings ``"nan"``, ``"inf"``, ``"-inf"`` (JSON has no such numbers);
-    * numpy scalars and 0-d arrays/tensors become Python numbers (through ``.item()``);
+    * mappings, dataclass instances, ``argparse.Namespace`` and ``types.SimpleNamespace`` are
+      flattened, keys joined with ``.`` (``CONFIG_SEP``); non-``str`` keys become ``str(key)``;
+    * ``None``, ``bool``, ``int``, ``str`` and finite ``float`` become those plain Python types
+      (so ``numpy.float64`` and ``numpy.str_`` too); NaN and +/-inf become the strings ``"nan"``,
+      ``"inf"``, ``"-inf"`` (JSON has no such numbers);
+    * numpy scalars and arrays, and tensors, become Python values (through ``.tolist()``);
     * ``enum.Enum`` members become their ``name``; ``pathlib`` paths become ``str``;
-    * lists, tuples, sets and multi-element arrays (``.tolist()``) become lists of JSON-safe
-      values, nested containers inside them serialised as JSON text;
-    * anything else becomes ``repr(value)``.
+    * lists, tuples and sets become lists of JSON-safe values, containers inside them
+      serialised as JSON text;
+    * a container that contains itself becomes ``"<cycle>"`` where it comes round again;
+    * anything else becomes ``repr(value)`` (or ``<TypeName object>`` if that raises).
 
     Args:
-        config: a mapping, a dataclass instance, an object with ``__dict__``, or ``None``.
+        config: a mapping, a dataclass instance, a namespace, or ``None``.
     """
     flat: dict[str, Any] = {}
-    if config is None:
-        return MappingProxyType(flat)
     root = _as_mapping(config)
-    if root is None:
-        flat["config"] = _leaf(config)
-    else:
-        _flatten_into(flat, root, "")
+    if root is not None:
+        _flatten_into(flat, root, "", frozenset({id(config)}))
+    elif config is not None:
+        flat["config"] = _leaf(config, frozenset())
     return MappingProxyType(flat)
+
+
+_CYCLE = "<cycle>"
 
 
 def _as_mapping(value: Any) -> Mapping[Any, Any] | None:
@@ -68,50 +68,73 @@ def _as_mapping(value: Any) -> Mapping[Any, Any] | None:
         return value
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
-    if type(value).__module__ == "argparse" and hasattr(value, "__dict__"):
+    if isinstance(value, (argparse.Namespace, SimpleNamespace)):
         return vars(value)
     return None
 
 
-def _flatten_into(flat: dict[str, Any], mapping: Mapping[Any, Any], prefix: str) -> None:
+def _flatten_into(
+    flat: dict[str, Any], mapping: Mapping[Any, Any], prefix: str, seen: frozenset[int]
+) -> None:
     for key, value in mapping.items():
-        name = prefix + (key if isinstance(key, str) else str(key))
+        name = prefix + (key if isinstance(key, str) else _safe_repr(key, str))
         nested = _as_mapping(value)
-        if nested is not None and nested:
-            _flatten_into(flat, nested, name + CONFIG_SEP)
-        elif nested is not None:
+        if nested is None:
+            flat[name] = _leaf(value, seen)
+        elif id(value) in seen:
+            flat[name] = _CYCLE
+        elif not nested:
             flat[name] = {}
         else:
-            flat[name] = _leaf(value)
+            _flatten_into(flat, nested, name + CONFIG_SEP, seen | {id(value)})
 
 
-def _leaf(value: Any) -> Any:
-    if isinstance(value, float):
-        return value if math.isfinite(value) else str(value)
+def _leaf(value: Any, seen: frozenset[int]) -> Any:
+    if value is None or isinstance(value, bool):
+        return None if value is None else bool(value)
     if isinstance(value, enum.Enum):
         return value.name
-    if isinstance(value, _SCALARS):
-        return value
+    if isinstance(value, float):
+        return float(value) if math.isfinite(value) else str(float(value))
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, str):
+        return str(value)
     if isinstance(value, PurePath):
         return str(value)
     if isinstance(value, (list, tuple, set, frozenset)):
-        items = sorted(value, key=repr) if isinstance(value, (set, frozenset)) else value
-        return [_in_list(item) for item in items]
+        if id(value) in seen:
+            return _CYCLE
+        items = sorted(value, key=_safe_repr) if isinstance(value, (set, frozenset)) else value
+        return [_in_list(item, seen | {id(value)}) for item in items]
     tolist = getattr(value, "tolist", None)  # numpy arrays and scalars, torch tensors
     if callable(tolist):
         try:
             converted = tolist()
         except Exception:
-            return repr(value)
-        return _leaf(converted) if converted is not value else repr(value)
-    return repr(value)
+            return _safe_repr(value)
+        if converted is not value:
+            return _leaf(converted, seen)
+    return _safe_repr(value)
 
 
-def _in_list(item: Any) -> Any:
-    leaf = _leaf(item) if _as_mapping(item) is None else dict(sanitize_config(item))
-    if isinstance(leaf, (list, dict)):
-        return json.dumps(leaf, sort_keys=True)
-    return leaf
+def _in_list(item: Any, seen: frozenset[int]) -> Any:
+    mapping = _as_mapping(item)
+    if mapping is None:
+        leaf = _leaf(item, seen)
+    elif id(item) in seen:
+        return _CYCLE
+    else:
+        leaf = {}
+        _flatten_into(leaf, mapping, "", seen | {id(item)})
+    return json.dumps(leaf, sort_keys=True) if isinstance(leaf, (list, dict)) else leaf
+
+
+def _safe_repr(value: Any, to_text: Any = repr) -> str:
+    try:
+        return str(to_text(value))
+    except Exception:
+        return f"<{type(value).__qualname__} object>"
 
 
 #: Top-level keys of a monitor configuration file, mapped to ``Monitor`` keyword arguments.
@@ -181,7 +204,7 @@ def _read_file(path: Path) -> Mapping[str, Any]:
         raise ConfigError(f"monitor config {path} must end in .toml or .json")
     try:
         text = path.read_text(encoding="utf-8")
-    except OSError as error:
+    except (OSError, UnicodeDecodeError) as error:
         raise ConfigError(f"cannot read monitor config {path}: {error}") from error
     try:
         data = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)

@@ -13,17 +13,25 @@ class UnknownBackendError(ConfigError):
     Attributes:
         name: the name asked for.
         installed: the names that are installed.
+        suggestion: the installed name closest to ``name`` (``difflib``), or ``None``.
     """
 
     def __init__(self, name: str, installed: list[str], suggestion: str | None) -> None:
         self.name = name
         self.installed = installed
+        self.suggestion = suggestion
         hint = f" Did you mean {suggestion!r}?" if suggestion else ""
         have = ", ".join(installed) if installed else "none"
+        # Never tell a user with a typo to pip-install the misspelt name: anyone may own it.
+        install = (
+            f"select {suggestion!r}, or install another backend's plugin "
+            "(`pip install <backend>-monitor`)"
+            if suggestion
+            else f"install its plugin, e.g. `pip install {name}-monitor`"
+        )
         super().__init__(
             f"unknown backend {name!r}.{hint} Installed backends: {have}. "
-            f"To add one, install its plugin, e.g. `pip install {name}-monitor`; "
-            "`monitors list` shows what is installed."
+            f"Fix: {install}; `monitors list` shows what is installed."
         )
 
 
@@ -40,7 +48,6 @@ class BackendLoadError(ImportError):
     def __init__(
         self, name: str, distribution: str, version: str, target: str, error: BaseException
     ) -> None:
-        self.name = name  # type: ignore[misc]  # ImportError.name is the module; ours is clearer
         self.distribution = distribution
         self.version = version
         self.missing = getattr(error, "name", None) if isinstance(error, ImportError) else None
@@ -55,6 +62,8 @@ class BackendLoadError(ImportError):
             f"backend {name!r} ({distribution} {version}, {target}) could not be loaded: "
             f"{type(error).__name__}: {error}. Fix: {fix}."
         )
+        # After ImportError.__init__, which resets .name (there: a module name) to None.
+        self.name = name
 
 
 

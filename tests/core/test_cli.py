@@ -1,0 +1,179 @@
+"""The ``monitors`` console script, run as users run it: the installed script, in a subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+
+from core_monitor.discovery import DISABLE_ENV, installed_backends
+
+MONITORS = Path(sys.executable).parent / "monitors"
+PLUGIN_MODULES = (
+    "jsonl_monitor", "twin_monitor", "broken_monitor",
+    "trackio_monitor", "tensorboard_monitor", "wandb_monitor",
+)
+SDKS = ("trackio", "wandb", "tensorboard")
+KEYS = ["name", "distribution", "version", "entry_point", "status"]
+MARK = "@@MODULES@@"
+
+
+def monitors(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    assert MONITORS.exists(), f"console script {MONITORS} is not installed next to {sys.executable}"
+    return subprocess.run(
+        [str(MONITORS), *args], env=env or dict(os.environ),
+        capture_output=True, text=True, timeout=120,
+    )
+
+
+def expected_pairs() -> list[tuple[str, str]]:
+    """(name, distribution) of every installed backend, from metadata."""
+    return sorted((n, i.distribution) for n, infos in installed_backends().items() for i in infos)
+
+
+def json_rows(proc: subprocess.CompletedProcess[str]) -> dict[tuple[str, str], dict[str, str]]:
+    rows = json.loads(proc.stdout)
+    assert isinstance(rows, list)
+    return {(r["name"], r["distribution"]): r for r in rows}
+
+
+def modules_after_main(argv: list[str], cwd: Path) -> list[str]:
+    code = textwrap.dedent(
+        f"""
+        import json, sys
+        from core_monitor import cli
+        cli.main({argv!r})
+        print({MARK!r} + json.dumps(sorted(sys.modules)))
+        """
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=cwd, env=dict(os.environ),
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    line = next(line for line in proc.stdout.splitlines() if line.startswith(MARK))
+    return json.loads(line[len(MARK):])
+
+
+def imported(modules: list[str], package: str) -> bool:
+    return any(m == package or m.startswith(package + ".") for m in modules)
+
+
+# monitors list -----------------------------------------------------------------------------
+
+
+def test_list_prints_a_table_with_one_row_per_name_and_distribution():
+    proc = monitors("list")
+    assert proc.returncode == 0, proc.stderr  # even though broken-monitor is installed
+    assert "Traceback" not in proc.stderr
+    header, *lines = proc.stdout.strip().splitlines()
+    assert header.split() == ["NAME", "DISTRIBUTION", "VERSION", "ENTRY", "POINT", "STATUS"]
+    pairs = sorted((line.split()[0], line.split()[1]) for line in lines)
+    assert pairs == expected_pairs()
+    by_pair = {(line.split()[0], line.split()[1]): line for line in lines}
+    assert "1.0.0" in by_pair["jsonl", "jsonl-monitor"]
+    assert "jsonl_monitor:JsonlMonitor" in by_pair["jsonl", "jsonl-monitor"]
+    assert "0.0.1" in by_pair["broken", "broken-monitor"]
+
+
+def test_list_marks_both_rows_of_a_conflict():
+    proc = monitors("list")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()[1:]
+    twin_rows = [line for line in lines if line.split()[0] == "twin"]
+    assert sorted(line.split()[1] for line in twin_rows) == ["jsonl-monitor", "twin-monitor"]
+    for line in twin_rows:
+        assert "conflict" in line
+    jsonl_row = next(line for line in lines if line.split()[:2] == ["jsonl", "jsonl-monitor"])
+    assert "conflict" not in jsonl_row
+
+
+def test_list_json_is_valid_json_with_the_documented_keys():
+    proc = monitors("list", "--json")
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(proc.stdout)
+    assert rows, "no rows"
+    for row in rows:
+        assert list(row) == KEYS
+        assert all(isinstance(value, str) for value in row.values())
+    by_pair = json_rows(proc)
+    assert sorted(by_pair) == expected_pairs()
+    jsonl = by_pair["jsonl", "jsonl-monitor"]
+    assert jsonl["version"] == metadata.version("jsonl-monitor")
+    assert jsonl["entry_point"] == "jsonl_monitor:JsonlMonitor"
+    broken = by_pair["broken", "broken-monitor"]
+    assert broken["version"] == "0.0.1"
+    assert "error" not in broken["status"]  # not imported without --check
+    assert by_pair["twin", "twin-monitor"]["status"].startswith("conflict")
+
+
+def test_list_check_marks_healthy_ok_and_broken_as_error_and_exits_1():
+    proc = monitors("list", "--check", "--json")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    by_pair = json_rows(proc)
+    assert by_pair["jsonl", "jsonl-monitor"]["status"] == "ok"
+    broken = by_pair["broken", "broken-monitor"]["status"]
+    assert broken.startswith("error")
+    assert "experiment_monitors_missing_sdk" in broken
+
+
+def test_list_check_table_shows_the_error_and_exits_1():
+    proc = monitors("list", "--check")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    broken_row = next(line for line in proc.stdout.splitlines() if line.startswith("broken "))
+    assert "error" in broken_row
+    assert "experiment_monitors_missing_sdk" in broken_row
+
+
+def test_list_check_exits_0_when_every_listed_backend_loads():
+    """With all but jsonl disabled nothing is broken, so --check succeeds."""
+    others = ",".join(name for name in installed_backends() if name != "jsonl")
+    proc = monitors("list", "--check", "--json", env={**os.environ, DISABLE_ENV: others})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    statuses = {name: row["status"] for (name, _), row in json_rows(proc).items()}
+    assert statuses["jsonl"] == "ok"
+    assert statuses["broken"].startswith("disabled")
+
+
+def test_list_imports_no_plugin_and_no_sdk(tmp_path):
+    for argv in (["list"], ["list", "--json"]):
+        modules = modules_after_main(argv, tmp_path)
+        for package in (*PLUGIN_MODULES, *SDKS):
+            assert not imported(modules, package), f"`monitors {' '.join(argv)}` imported {package}"
+
+
+def test_list_check_does_import_plugins(tmp_path):
+    """The counterpart of the test above: the sys.modules probe does see plugin imports."""
+    modules = modules_after_main(["list", "--check"], tmp_path)
+    assert imported(modules, "jsonl_monitor")
+
+
+# The rest of the command line ----------------------------------------------------------------
+
+
+def test_version_prints_the_installed_core_version():
+    proc = monitors("--version")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["monitors", metadata.version("core-monitor")]
+
+
+def test_no_command_prints_help_and_exits_0():
+    proc = monitors()
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("usage: monitors")
+    assert "list" in proc.stdout
+
+
+@pytest.mark.parametrize("args", [["frobnicate"], ["list", "--frobnicate"]])
+def test_unknown_subcommand_or_option_exits_2(args):
+    proc = monitors(*args)
+    assert proc.returncode == 2
+    assert "usage: monitors" in proc.stderr
+    assert proc.stdout == ""

@@ -1,0 +1,275 @@
+"""Discovery: installed backends come from entry-point metadata; only the selected one is imported.
+
+Uses the test distributions in ``tests/fixtures`` (installed in the test environment):
+``jsonl-monitor`` (``jsonl``, ``twin``), ``twin-monitor`` (``twin``: a conflict) and
+``broken-monitor`` (``broken``: its module raises ``ModuleNotFoundError``, case C7).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+from jsonl_monitor import read_rows
+
+from core_monitor import BackendLoadError, ConfigError, Monitor, UnknownBackendError
+from core_monitor.discovery import DISABLE_ENV, GROUP, find_backend, installed_backends
+
+PLUGIN_MODULES = ("jsonl_monitor", "twin_monitor", "broken_monitor")
+MARK = "@@MODULES@@"
+
+
+def run_python(code: str, cwd: Path, env: dict[str, str] | None = None) -> list[str]:
+    """Run ``code`` in a fresh interpreter; return the ``sys.modules`` names it prints last."""
+    code = textwrap.dedent(code) + (
+        f"\nimport json as _j, sys as _s\nprint({MARK!r} + _j.dumps(sorted(_s.modules)))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=cwd, env=env or dict(os.environ),
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    line = next(line for line in proc.stdout.splitlines() if line.startswith(MARK))
+    return json.loads(line[len(MARK):])
+
+
+def imported(modules: list[str], package: str) -> bool:
+    return any(m == package or m.startswith(package + ".") for m in modules)
+
+
+@pytest.fixture
+def monitors():
+    """Monitors a test opens; all closed at teardown."""
+    made: list[Monitor] = []
+    yield made
+    for monitor in made:
+        monitor.close()
+
+
+# Listing -----------------------------------------------------------------------------------
+
+
+def test_installed_backends_lists_the_test_distributions_with_metadata_versions():
+    found = installed_backends()
+    assert {"jsonl", "twin", "broken"} <= set(found)
+    assert list(found) == sorted(found)
+
+    (jsonl,) = found["jsonl"]
+    assert jsonl.distribution == "jsonl-monitor"
+    assert jsonl.version == metadata.version("jsonl-monitor") == "1.0.0"
+    assert jsonl.target == "jsonl_monitor:JsonlMonitor"
+    assert jsonl.entry_point.group == GROUP
+
+    (broken,) = found["broken"]
+    assert broken.distribution == "broken-monitor"
+    assert broken.version == metadata.version("broken-monitor") == "0.0.1"
+    assert broken.target == "broken_monitor:BrokenMonitor"
+
+
+def test_a_name_claimed_by_two_distributions_lists_both():
+    twins = installed_backends()["twin"]
+    assert sorted((i.distribution, i.version) for i in twins) == [
+        ("jsonl-monitor", metadata.version("jsonl-monitor")),
+        ("twin-monitor", metadata.version("twin-monitor")),
+    ]
+
+
+def test_listing_backends_imports_no_plugin(tmp_path):
+    modules = run_python(
+        """
+        from core_monitor.discovery import installed_backends
+        assert "broken" in installed_backends()
+        """,
+        tmp_path,
+    )
+    for package in PLUGIN_MODULES:
+        assert not imported(modules, package), f"listing imported {package}"
+
+
+# Conflicts ---------------------------------------------------------------------------------
+
+
+def test_selecting_a_conflicting_name_with_find_backend_names_both_distributions():
+    with pytest.raises(ConfigError) as info:
+        find_backend("twin")
+    assert not isinstance(info.value, UnknownBackendError)
+    assert "jsonl-monitor" in str(info.value)
+    assert "twin-monitor" in str(info.value)
+
+
+def test_selecting_a_conflicting_name_in_monitor_is_an_error_and_jsonl_still_works(
+    tmp_path, monitors
+):
+    with pytest.raises(ConfigError, match="twin") as info:
+        Monitor(["twin"], project="conflict", log_dir=tmp_path)
+    assert "jsonl-monitor" in str(info.value)
+    assert "twin-monitor" in str(info.value)
+
+    monitor = Monitor(["jsonl"], project="conflict", name="after", log_dir=tmp_path)
+    monitors.append(monitor)
+    monitor.log({"loss": 0.5}, step=7)
+    monitor.close()
+    assert read_rows(monitor.run) == [("loss", 7, 0.5)]
+
+
+def test_conflict_with_a_healthy_name_selects_nothing(tmp_path):
+    """The conflict is found before any backend starts: no jsonl file is written."""
+    with pytest.raises(ConfigError, match="twin-monitor"):
+        Monitor(["jsonl", "twin"], project="conflict", name="both", log_dir=tmp_path)
+    assert not (tmp_path / "conflict" / "both.jsonl").exists()
+
+
+# Unknown names (case C11) -------------------------------------------------------------------
+
+
+def test_misspelt_name_suggests_the_installed_one_and_lists_installed_names():
+    with pytest.raises(UnknownBackendError) as info:
+        Monitor(["jsnol"], project="typo")
+    error = info.value
+    message = str(error)
+    assert isinstance(error, ConfigError)
+    assert error.name == "jsnol"
+    assert "Did you mean 'jsonl'?" in message
+    for name in ("jsonl", "broken", "twin"):
+        assert name in error.installed
+        assert name in message.split("Installed backends:")[1]
+    assert "pip install" in message
+
+
+def test_unknown_name_with_no_close_match_has_no_suggestion():
+    with pytest.raises(UnknownBackendError) as info:
+        find_backend("zzzzzzzz")
+    assert "Did you mean" not in str(info.value)
+    assert "jsonl" in str(info.value)
+    assert "pip install zzzzzzzz-monitor" in str(info.value)
+
+
+def _trackio_monitor_installed() -> bool:
+    try:
+        metadata.distribution("trackio-monitor")
+    except metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _trackio_monitor_installed(), reason="trackio-monitor is not installed")
+def test_trakio_suggests_trackio():
+    """Case C11 as users met it."""
+    with pytest.raises(UnknownBackendError) as info:
+        Monitor(["trakio"], project="typo")
+    assert "Did you mean 'trackio'?" in str(info.value)
+    assert "trackio" in info.value.installed
+
+
+# Disabling ---------------------------------------------------------------------------------
+
+
+def test_disabled_backend_cannot_be_selected(monkeypatch, tmp_path):
+    monkeypatch.setenv(DISABLE_ENV, "jsonl")
+    with pytest.raises(ConfigError, match="disabled") as info:
+        find_backend("jsonl")
+    assert DISABLE_ENV in str(info.value)
+    with pytest.raises(ConfigError, match="disabled"):
+        Monitor(["jsonl"], project="off", name="r", log_dir=tmp_path)
+    assert not (tmp_path / "off").exists()
+
+
+def test_disabled_backend_is_hidden_from_suggestions(monkeypatch):
+    monkeypatch.setenv(DISABLE_ENV, "jsonl")
+    with pytest.raises(UnknownBackendError) as info:
+        find_backend("jsnol")
+    assert "jsonl" not in info.value.installed
+    assert "Did you mean 'jsonl'" not in str(info.value)
+
+
+def test_disabling_other_backends_leaves_the_selected_one_working(monkeypatch, tmp_path, monitors):
+    monkeypatch.setenv(DISABLE_ENV, " broken , twin ")
+    monitor = Monitor(["jsonl"], project="on", name="r", log_dir=tmp_path)
+    monitors.append(monitor)
+    monitor.log({"acc": 1.0}, step=3)
+    monitor.close()
+    assert read_rows(monitor.run) == [("acc", 3, 1.0)]
+    with pytest.raises(ConfigError, match="disabled"):
+        find_backend("broken")
+
+
+def test_monitors_list_shows_a_disabled_backend(tmp_path):
+    env = {**os.environ, DISABLE_ENV: "jsonl"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "core_monitor.cli", "list", "--json"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    rows = {(r["name"], r["distribution"]): r for r in json.loads(proc.stdout)}
+    assert rows["jsonl", "jsonl-monitor"]["status"].startswith("disabled")
+    assert not rows["broken", "broken-monitor"]["status"].startswith("disabled")
+
+
+# A broken plugin (case C7) -----------------------------------------------------------------
+
+
+def test_broken_plugin_raises_backend_load_error_naming_distribution_version_and_package():
+    with pytest.raises(BackendLoadError) as info:
+        Monitor(["broken"], project="c7")
+    error = info.value
+    message = str(error)
+    assert isinstance(error, ImportError)
+    assert error.distribution == "broken-monitor"
+    assert error.version == "0.0.1"
+    assert error.missing == "experiment_monitors_missing_sdk"
+    assert "broken-monitor" in message
+    assert "0.0.1" in message
+    assert "experiment_monitors_missing_sdk" in message
+    assert "pip install" in message
+    assert isinstance(error.__cause__, ModuleNotFoundError)
+
+
+def test_backend_load_error_name_is_the_backend_name():
+    """``BackendLoadError.name`` is documented as the backend name."""
+    with pytest.raises(BackendLoadError) as info:
+        Monitor(["broken"], project="c7")
+    assert info.value.name == "broken"
+
+
+def test_other_backends_still_log_after_a_plugin_failed_to_load(tmp_path, monitors):
+    with pytest.raises(BackendLoadError):
+        Monitor(["broken"], project="c7", log_dir=tmp_path)
+    with pytest.raises(BackendLoadError):  # nothing half-started when one selected plugin breaks
+        Monitor(["jsonl", "broken"], project="c7", name="mixed", log_dir=tmp_path)
+    assert not (tmp_path / "c7" / "mixed.jsonl").exists()
+
+    monitor = Monitor(["jsonl"], project="c7", name="healthy", log_dir=tmp_path)
+    monitors.append(monitor)
+    monitor.log({"loss": 0.25}, step=0)
+    monitor.log({"loss": 0.125})
+    monitor.close()
+    assert read_rows(monitor.run) == [("loss", 0, 0.25), ("loss", 1, 0.125)]
+
+
+def test_selecting_jsonl_imports_no_other_plugin(tmp_path):
+    """Only the selected plugin is imported, even when a conflicting name was tried first."""
+    modules = run_python(
+        f"""
+        from core_monitor import ConfigError, Monitor
+        try:
+            Monitor(["twin"], project="p", log_dir={str(tmp_path)!r})
+        except ConfigError:
+            pass
+        else:
+            raise SystemExit("selecting 'twin' did not fail")
+        with Monitor(["jsonl"], project="p", name="r", log_dir={str(tmp_path)!r}) as m:
+            m.log({{"x": 1.0}}, step=0)
+        """,
+        tmp_path,
+    )
+    assert imported(modules, "jsonl_monitor")  # the check sees plugin imports at all
+    assert not imported(modules, "broken_monitor")
+    assert not imported(modules, "twin_monitor")
+    rows = [json.loads(line) for line in (tmp_path / "p" / "r.jsonl").read_text().splitlines()]
+    assert [(r["tag"], r["step"]) for r in rows if "tag" in r] == [("x", 0)]
