@@ -13,6 +13,7 @@ as a user who ran `pip install core-monitor trackio-monitor` would.
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import nox
@@ -73,6 +74,29 @@ def tests(session: nox.Session) -> None:
         "pytest", "--timeout=600", *(session.posargs or ["tests"]),
         env={**offline_env(session), "MONITORS_WHEELS": os.pathsep.join(wheels)},
     )
+
+
+@nox.session
+def demo(session: nox.Session) -> None:
+    """Train on scikit-learn's digits logging to trackio, tensorboard and wandb (offline), then
+    read every backend's storage back and check they agree. Extra arguments go to the example,
+    e.g. `nox -s demo -- --steps 500`. Output: ./demo-runs (replaced on each run)."""
+    wheels = build_wheels(session, [CORE, *PLUGINS.values()])
+    session.install(*wheels, "scikit-learn")
+    env = offline_env(session)
+    log_dir = ROOT / "demo-runs"
+    if log_dir.exists():
+        shutil.rmtree(log_dir)
+    log_dir.mkdir()
+    record = log_dir / "logged.json"
+    session.run("monitors", "list", "--check", env=env)
+    session.run("python", str(ROOT / "examples" / "train_digits.py"),
+                "--backends", "trackio,tensorboard,wandb", "--log-dir", str(log_dir),
+                "--project", "digits", "--name", "demo", "--record", str(record),
+                *session.posargs, env=env)
+    session.run("python", str(ROOT / "examples" / "readback.py"), "--record", str(record),
+                env=env)
+    session.log(f"demo runs are in {log_dir} (what was logged: {record})")
 
 
 @nox.session

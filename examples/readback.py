@@ -1,0 +1,135 @@
+"""Read a run back from each backend's own storage and check that they all agree.
+
+    python examples/readback.py --log-dir runs --project digits --name RUN [--json]
+    python examples/readback.py --record logged.json    # written by train_digits.py --record
+
+Each backend is read through its plugin's read-back helper (Trackio's SQLite database,
+TensorBoard's ``EventAccumulator``, wandb's offline ``.wandb`` file), never through the core.
+Prints, per backend, its tags, how many steps it holds and the last ``val/accuracy``; then
+whether every backend holds the same (tag, step) points with the same values: exactly for
+float64 backends, after rounding to float32 for TensorBoard. With ``--record`` (written by
+``train_digits.py --record``) the points are also compared with what the script logged.
+Exit status: 0 when everything agrees, 1 when not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+
+Rows = list[tuple[str, int, float]]
+
+
+def read_trackio(log_dir: str, project: str, name: str) -> Rows:
+    import trackio_monitor
+
+    return trackio_monitor.read_rows(project, name, log_dir)
+
+
+def read_tensorboard(log_dir: str, project: str, name: str) -> Rows:
+    import tensorboard_monitor
+
+    return tensorboard_monitor.read_rows(tensorboard_monitor.run_dir(project, name, log_dir))
+
+
+def read_wandb(log_dir: str, project: str, name: str) -> Rows:
+    import wandb_monitor
+
+    runs = wandb_monitor.find_run_dirs(log_dir, project=project, name=name)
+    if not runs:
+        raise FileNotFoundError(f"no wandb run {project}/{name} under {log_dir}")
+    return wandb_monitor.read_rows(runs[-1])  # the latest run of that name
+
+
+READERS = {"trackio": read_trackio, "tensorboard": read_tensorboard, "wandb": read_wandb}
+FLOAT32 = {"tensorboard"}  # backends storing float32 (the others store float64 exactly)
+
+
+def same(a: float, b: float, float32: bool) -> bool:
+    if float32:
+        a, b = float(np.float32(a)), float(np.float32(b))
+    return a == b or (math.isnan(a) and math.isnan(b))
+
+
+def compare(name: str, rows: Rows, reference: Rows, ref_name: str) -> list[str]:
+    """Differences between two backends' points, keyed by (tag, step); [] when they agree."""
+    got = {(tag, step): value for tag, step, value in rows}
+    want = {(tag, step): value for tag, step, value in reference}
+    problems = []
+    if len(got) != len(rows) or len(want) != len(reference):
+        problems.append(f"{name}: a (tag, step) appears more than once")
+    for label, keys in (("missing", want.keys() - got.keys()), ("extra", got.keys() - want.keys())):
+        if keys:
+            problems.append(f"{name}: {len(keys)} points {label} vs {ref_name}, "
+                            f"e.g. {sorted(keys)[:3]}")
+    float32 = name in FLOAT32 or ref_name in FLOAT32
+    bad = [k for k in want.keys() & got.keys() if not same(got[k], want[k], float32)]
+    if bad:
+        k = sorted(bad)[0]
+        problems.append(f"{name}: {len(bad)} values differ from {ref_name}, "
+                        f"e.g. {k}: {got[k]!r} != {want[k]!r}")
+    return problems
+
+
+def summary(rows: Rows) -> dict:
+    val = [(step, value) for tag, step, value in rows if tag == "val/accuracy"]
+    return {"tags": sorted({tag for tag, _, _ in rows}), "points": len(rows),
+            "steps": len({step for _, step, _ in rows}),
+            "last_val_accuracy": max(val)[1] if val else None}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--record", default=None, help="JSON from train_digits.py --record")
+    p.add_argument("--log-dir", default=None, help="default: the record's, else runs")
+    p.add_argument("--project", default=None, help="default: the record's, else digits")
+    p.add_argument("--name", default=None, help="the run name (default: the record's)")
+    p.add_argument("--backends", default=None, help="default: the record's, else all three")
+    p.add_argument("--json", action="store_true", help="print rows and verdict as JSON")
+    args = p.parse_args(argv)
+
+    record = json.loads(Path(args.record).read_text()) if args.record else None
+    for key, default in (("log_dir", "runs"), ("project", "digits"), ("name", None)):
+        if getattr(args, key) is None:
+            setattr(args, key, record[key] if record else default)
+    if args.name is None:
+        p.error("give --name (the run name train_digits.py printed) or --record")
+    backends = (args.backends.split(",") if args.backends
+                else record["backends"] if record else list(READERS))
+    read, problems = {}, []
+    for name in backends:
+        try:
+            read[name] = [(t, int(s), float(v)) for t, s, v in READERS[name](
+                args.log_dir, args.project, args.name)]
+        except Exception as error:  # missing plugin, no such run, unreadable file
+            problems.append(f"{name}: cannot read back: {type(error).__name__}: {error}")
+    if record:
+        reference, ref_name = [(t, s, v) for t, s, v in record["rows"]], "the record"
+    else:  # the first float64 backend read
+        ref_name = next((n for n in read if n not in FLOAT32), next(iter(read), None))
+        reference = read.get(ref_name, [])
+    for name, rows in read.items():
+        if name != ref_name:
+            problems += compare(name, rows, reference, ref_name)
+
+    if args.json:
+        print(json.dumps({"backends": {n: {**summary(r), "rows": r} for n, r in read.items()},
+                          "reference": ref_name, "agree": not problems, "problems": problems}))
+    else:
+        for name, rows in read.items():
+            s = summary(rows)
+            last = s["last_val_accuracy"]
+            print(f"{name:12} {s['steps']:5d} steps {s['points']:6d} points  last val/accuracy "
+                  f"{'-' if last is None else f'{last:.6f}'}  tags {', '.join(s['tags'])}")
+        print("\n".join(problems) if problems else
+              f"all {len(read)} backends agree with {ref_name} on every step and value")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

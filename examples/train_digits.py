@@ -1,0 +1,124 @@
+"""Train a small MLP on scikit-learn's digits (NumPy only) and log it through core-monitor.
+
+    pip install core-monitor trackio-monitor scikit-learn
+    python examples/train_digits.py                                   # Trackio, into ./runs
+    python examples/train_digits.py --backends trackio,tensorboard,wandb --steps 300
+
+The data ships inside scikit-learn (no download). Every step logs ``train/loss``,
+``train/accuracy`` and ``lr``; every ``--eval-every`` steps also ``val/loss`` and
+``val/accuracy``, always at an explicit ``step``. Same seed, same numbers. wandb runs offline
+unless ``WANDB_MODE`` says otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+
+import numpy as np
+from sklearn.datasets import load_digits
+
+from core_monitor import Monitor
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--backends", default="trackio", help="comma-separated (default: trackio)")
+    p.add_argument("--log-dir", default="runs", help="where backends write (default: runs)")
+    p.add_argument("--project", default="digits")
+    p.add_argument("--name", default=None, help="run name (default: date-time-host)")
+    p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--hidden", type=int, default=64)
+    p.add_argument("--lr", type=float, default=0.5, help="peak learning rate")
+    p.add_argument("--warmup", type=int, default=20, help="linear warm-up steps, then cosine")
+    p.add_argument("--eval-every", type=int, default=10)
+    p.add_argument("--record", default=None, help="also write what was logged to this JSON file")
+    return p.parse_args(argv)
+
+
+def learning_rate(step: int, args: argparse.Namespace) -> float:
+    if step < args.warmup:
+        return args.lr * (step + 1) / args.warmup
+    progress = (step - args.warmup) / max(1, args.steps - args.warmup)
+    return 0.5 * args.lr * (1 + math.cos(math.pi * progress))
+
+
+def forward(params: dict, x: np.ndarray, y: np.ndarray) -> tuple[float, float, dict]:
+    """Cross-entropy loss, accuracy and gradients of a one-hidden-layer ReLU MLP."""
+    h = np.maximum(x @ params["w1"] + params["b1"], 0)
+    logits = h @ params["w2"] + params["b2"]
+    logits -= logits.max(axis=1, keepdims=True)
+    probs = np.exp(logits)
+    probs /= probs.sum(axis=1, keepdims=True)
+    n = len(y)
+    loss = -np.log(probs[np.arange(n), y] + 1e-12).mean()
+    accuracy = (probs.argmax(axis=1) == y).mean()
+    d_logits = probs
+    d_logits[np.arange(n), y] -= 1
+    d_logits /= n
+    d_h = (d_logits @ params["w2"].T) * (h > 0)
+    grads = {"w2": h.T @ d_logits, "b2": d_logits.sum(0), "w1": x.T @ d_h, "b1": d_h.sum(0)}
+    return float(loss), float(accuracy), grads
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    os.environ.setdefault("WANDB_MODE", "offline")  # the user's own WANDB_MODE wins
+
+    rng = np.random.default_rng(args.seed)
+    x, y = load_digits(return_X_y=True)
+    x = x / 16.0  # pixels are 0..16
+    order = rng.permutation(len(x))
+    val, train = order[: len(x) // 5], order[len(x) // 5 :]
+    params = {
+        "w1": rng.normal(0, math.sqrt(2 / 64), (64, args.hidden)), "b1": np.zeros(args.hidden),
+        "w2": rng.normal(0, math.sqrt(1 / args.hidden), (args.hidden, 10)), "b2": np.zeros(10),
+    }
+    config = {k: v for k, v in vars(args).items() if k not in ("backends", "log_dir", "record")}
+    config["model"] = {"type": "mlp", "layers": [64, args.hidden, 10]}
+    config["data"] = {"train": len(train), "val": len(val)}
+
+    logged = []
+    with Monitor(backends, project=args.project, name=args.name, config=config,
+                 log_dir=args.log_dir) as monitor:
+        for step in range(args.steps):
+            batch = rng.choice(train, args.batch_size, replace=False)
+            loss, accuracy, grads = forward(params, x[batch], y[batch])
+            lr = learning_rate(step, args)
+            for key, grad in grads.items():
+                params[key] -= lr * grad
+            metrics = {"train/loss": loss, "train/accuracy": accuracy, "lr": lr}
+            if step % args.eval_every == 0 or step == args.steps - 1:
+                val_loss, val_accuracy, _ = forward(params, x[val], y[val])
+                metrics.update({"val/loss": val_loss, "val/accuracy": val_accuracy})
+                print(f"step {step:4d}  loss {loss:.4f}  val/loss {val_loss:.4f}  "
+                      f"val/accuracy {val_accuracy:.3f}  lr {lr:.4f}")
+            monitor.log(metrics, step=step)
+            logged += [(tag, step, value) for tag, value in metrics.items()]
+        run = monitor.run
+
+    root = os.path.abspath(args.log_dir)
+    if args.record:
+        with open(args.record, "w", encoding="utf-8") as f:
+            json.dump({"project": run.project, "name": run.name, "log_dir": root,
+                       "backends": backends, "rows": logged}, f)
+    where = {
+        "trackio": f"{root}/trackio/{run.project}.db\n"
+                   f"    TRACKIO_DIR={root}/trackio trackio show --project {run.project}",
+        "tensorboard": f"{root}/{run.project}/{run.name}/\n"
+                       f"    tensorboard --logdir {root}/{run.project}",
+        "wandb": f"{root}/wandb/offline-run-*/\n    wandb sync {root}/wandb/offline-run-*"
+                 if os.environ["WANDB_MODE"] == "offline" else f"{root}/wandb/ (and wandb.ai)",
+    }
+    print(f"\nrun {run.project}/{run.name}: {args.steps} steps logged to {', '.join(backends)}")
+    for name in backends:
+        print(f"  {name}: {where.get(name, root)}")
+
+
+if __name__ == "__main__":
+    main()
