@@ -62,8 +62,11 @@ def test_c5_monitors_list_check_shows_the_plugin_broken_and_exits_1(
     trackio_plugin_without_sdk: Venv, tmp_path: Path
 ) -> None:
     venv = trackio_plugin_without_sdk
-    listed = json.loads(venv.run(["monitors", "list", "--json"], cwd=tmp_path).stdout)
-    assert [(r["name"], r["status"]) for r in listed] == [("trackio", "installed")]
+    # Without --check nothing is imported, but the metadata already shows the SDK is absent.
+    listed = json.loads(venv.run(["monitors", "list", "--json"], cwd=tmp_path, expect=0).stdout)
+    assert [(r["name"], r["status"]) for r in listed] == [
+        ("trackio", "broken: requires trackio, not installed (`pip install trackio`)")
+    ]
     done = venv.run(["monitors", "list", "--check"], cwd=tmp_path, expect=1)
     row = next(line for line in done.stdout.splitlines() if line.startswith("trackio"))
     assert "trackio-monitor" in row

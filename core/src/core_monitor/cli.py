@@ -1,7 +1,8 @@
 """The ``monitors`` command: which backends are installed, and whether they load.
 
 ``monitors list`` reads package metadata only: it imports no plugin module and no SDK, so it is
-fast and works when a plugin is broken. ``monitors list --check`` imports each plugin to prove
+fast and works when a plugin is broken. From metadata it can still flag a plugin whose declared
+requirements (its SDK) are not installed. ``monitors list --check`` imports each plugin to prove
 it loads; its exit status is 1 when one does not, or when two distributions claim one name
 (selecting that name would fail).
 """
@@ -37,6 +38,9 @@ def _rows(check: bool) -> list[dict[str, str]]:
                     status = "ok"
                 except ImportError as error:  # BackendLoadError
                     status = f"error: {error}"
+            elif missing := discovery.missing_requirements(info):
+                status = f"broken: requires {', '.join(missing)}, not installed " \
+                    f"(`pip install {' '.join(missing)}`)"
             else:
                 status = "installed"
             rows.append({
@@ -67,7 +71,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         print(_table(rows))
     else:
         print(NO_BACKENDS)
-    broken = [r for r in rows if r["status"].startswith(("error", "conflict"))]
+    broken = [r for r in rows if r["status"].startswith(("error", "conflict", "broken"))]
     return 1 if args.check and broken else 0
 
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 from dataclasses import dataclass
-from importlib.metadata import EntryPoint, entry_points
+from importlib.metadata import EntryPoint, PackageNotFoundError, distribution, entry_points
 
 from .errors import BackendLoadError, ConfigError, UnknownBackendError
 
@@ -61,6 +62,29 @@ def installed_backends() -> dict[str, list[BackendInfo]]:
             continue
         infos.append(BackendInfo(ep.name, dist_name, version, ep.value, ep))
     return dict(sorted(found.items()))
+
+
+_REQUIREMENT_NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
+
+
+def missing_requirements(info: BackendInfo) -> list[str]:
+    """Names of the distributions ``info``'s distribution requires that are not installed.
+
+    Reads metadata only (imports nothing), so ``monitors list`` can flag a plugin installed
+    without its SDK (``pip install --no-deps``). Requirements with an environment marker or an
+    extra are skipped rather than evaluated.
+    """
+    dist = info.entry_point.dist
+    missing = []
+    for requirement in (dist.requires or []) if dist is not None else []:
+        match = _REQUIREMENT_NAME.match(requirement)
+        if match is None or ";" in requirement:
+            continue
+        try:
+            distribution(match.group(1))
+        except PackageNotFoundError:
+            missing.append(match.group(1))
+    return missing
 
 
 def find_backend(name: str) -> BackendInfo:
