@@ -23,7 +23,6 @@ OFFLINE_ENV = {
     "WANDB_CONSOLE": "off",
     "WANDB_DISABLE_GIT": "true",
     "WANDB_DISABLE_CODE": "true",
-    "WANDB_ANONYMOUS": "never",
     "HF_HUB_OFFLINE": "1",
     "HF_DATASETS_OFFLINE": "1",
     "TRANSFORMERS_OFFLINE": "1",
