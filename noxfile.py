@@ -111,6 +111,18 @@ def plugin(session: nox.Session, name: str) -> None:
 
 
 @nox.session
+def bench(session: nox.Session) -> None:
+    """Benchmarks B1-B6 against installed wheels; `nox -s bench -- --quick` for a short run.
+
+    Prints the table; writes benchmarks/results/latest.json and latest.md. Fails when a backend
+    stored fewer scalars than it was sent. Arguments after `--` go to benchmarks/run.py.
+    """
+    wheels = build_wheels(session, [CORE, *PLUGINS.values()])
+    session.install(*wheels, "tensorboardX")
+    session.run("python", "benchmarks/run.py", *session.posargs, env=offline_env(session))
+
+
+@nox.session
 def lint(session: nox.Session) -> None:
     """ruff over the whole repository."""
     session.install("ruff")

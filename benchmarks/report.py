@@ -1,0 +1,190 @@
+"""Turn the workers' results into the printed tables and the markdown summary."""
+
+from __future__ import annotations
+
+from typing import Any
+
+HEADERS = ["bench", "figure", "A", "B", "A/B median (min-max)", "A-B per call", "target", "met"]
+
+
+def _num(x: float, digits: int = 1) -> str:
+    return f"{x:,.{digits}f}"
+
+
+def _range(s: dict[str, float], digits: int = 1, unit: str = "") -> str:
+    return (f"{_num(s['median'], digits)}{unit} "
+            f"({_num(s['min'], digits)}–{_num(s['max'], digits)})")
+
+
+def _ratio(s: dict[str, float]) -> str:
+    return f"{s['median']:.3f}× ({s['min']:.3f}–{s['max']:.3f})"
+
+
+def _met(ok: bool | None) -> str:
+    return "-" if ok is None else ("yes" if ok else "NO")
+
+
+def _table(headers: list[str], rows: list[list[str]], markdown: bool) -> str:
+    if markdown:
+        lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+        lines += ["| " + " | ".join(r) + " |" for r in rows]
+        return "\n".join(lines)
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
+              for i, h in enumerate(headers)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)),
+             "  ".join("-" * w for w in widths)]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+              for r in rows]
+    return "\n".join(lines)
+
+
+def main_rows(results: dict[str, Any]) -> tuple[list[list[str]], list[str]]:
+    rows: list[list[str]] = []
+    missed: list[str] = []
+
+    def add(bench: str, figure: str, a: str, b: str, ratio: str, added: str, target: str,
+            ok: bool | None) -> None:
+        rows.append([bench, figure, a, b, ratio, added, target, _met(ok)])
+        if ok is False:
+            missed.append(f"{bench} {figure}")
+
+    for backend in ("tensorboard", "trackio", "wandb"):
+        r = results.get(f"B1-{backend}")
+        if not r or "error" in r:
+            continue
+        limit = r["target"].split("~ratio <= ")[1].rstrip(")")
+        flushed = "loop + flush" if backend != "wandb" else "loop (wandb has no flush)"
+        add("B1", f"{backend}: Monitor.log vs direct SDK, {flushed}",
+            f"{_num(r['a_us']['median'])} µs", f"{_num(r['b_us']['median'])} µs",
+            _ratio(r["ratio"]), _range(r["added_us"], 2, " µs"), f"≤{limit}×", r["pass"])
+        if backend == "trackio":
+            lo = r["loop_only"]
+            add("B1", "trackio: loop only (enqueue; flush excluded)",
+                f"{_num(lo['a_us']['median'])} µs", f"{_num(lo['b_us']['median'])} µs",
+                _ratio(lo["ratio"]), _range(lo["added_us"], 2, " µs"), f"≤{limit}×",
+                lo["ratio"]["median"] <= float(limit))
+        cs = r.get("caller_side")
+        if cs:
+            add("B1", f"{backend}: caller thread only, SDK sink a no-op in both arms",
+                f"{_num(cs['a_us']['median'], 2)} µs", f"{_num(cs['b_us']['median'], 2)} µs",
+                _ratio(cs["ratio"]), _range(cs["added_us"], 2, " µs"), "≤3 µs added",
+                r["pass_caller_side"])
+    r = results.get("B2")
+    if r and "error" not in r:
+        add("B2", "tensorboardX add_scalar ÷ Monitor→tensorboard (speed-up)",
+            f"{_num(r['tensorboardx_us_per_step']['median'])} µs/step",
+            f"{_num(r['monitor_us_per_step']['median'])} µs/step",
+            _ratio(r["speedup"]), "", "≥5×", r["pass"])
+    r = results.get("B3")
+    if r and "error" not in r:
+        for batch, b in r["batches"].items():
+            rate = b["monitor_scalars_per_s"]["median"]
+            add("B3", f"null backend, batch {batch}: Monitor.log vs direct monitor_write "
+                f"({rate / 1e6:.2f} M scalars/s)",
+                f"{_num(b['monitor_ns_per_scalar']['median'], 0)} ns/scalar",
+                f"{_num(b['direct_ns_per_scalar']['median'], 0)} ns/scalar",
+                _ratio(b["ratio_monitor_over_direct"]),
+                _range(b["added_ns_per_call"], 0, " ns"),
+                "≥1 M scalars/s" if batch == "64" else "",
+                r["pass"] if batch == "64" else None)
+    r = results.get("B4")
+    if r and "error" not in r:
+        add("B4", "`monitors list` vs `python -c 'import importlib.metadata'`",
+            f"{_num(r['list_ms']['median'])} ms", f"{_num(r['python_ms']['median'])} ms",
+            _ratio(r["ratio"]), "", "≤1.5×", r["ratio"]["median"] <= 1.5)
+        ms = r["ms"]
+        add("B4", "diagnostic: entry-point scan alone (`entry_points(group=...)` + metadata) "
+            "vs the same python", f"{_num(ms['scan']['median'])} ms",
+            f"{_num(ms['python']['median'])} ms", _ratio(r["scan_over_python"]), "", "", None)
+        add("B4", "candidate: `monitors list` with a lazy core_monitor/__init__ (PEP 562) "
+            "vs current", f"{_num(ms['list_lazy_init']['median'])} ms",
+            f"{_num(ms['list_c']['median'])} ms", _ratio(r["lazy_init_over_current"]),
+            f"−{_range(r['lazy_init_saved_ms'], 1, ' ms')}", "", None)
+        lean = r.get("candidates_over_python", {}).get("list_lazy_no_dataclass")
+        if lean:
+            add("B4", "candidate: lazy __init__ + discovery.BackendInfo a NamedTuple (no "
+                "dataclasses/inspect import), `python -c` form, vs python",
+                f"{_num(ms['list_lazy_no_dataclass']['median'])} ms",
+                f"{_num(ms['python']['median'])} ms", _ratio(lean), "", "≤1.5×", None)
+        slow = ", ".join(f"{name} {t:.0f}" for name, t in r["slowest_imports_ms"])
+        add("B4", f"import time of `monitors list`, cumulative ms: {slow}", "", "", "", "", "",
+            None)
+        sdk = ", ".join(r["sdk_modules_imported"]) or "none"
+        add("B4", f"SDK/plugin modules imported by `monitors list`: {sdk}; listed: "
+            f"{', '.join(r['backends_listed'])}", "", "", "", "", "none",
+            not r["sdk_modules_imported"] and not r["backends_missing"])
+    r = results.get("B5-null")
+    if r and "error" not in r:
+        add("B5", f"null backend, {r['steps']:,} steps × 10: RSS growth (peak growth)",
+            f"+{r['growth_mb']} MB (+{r['peak_growth_mb']} MB)", "", "", "", "≤10 MB", r["pass"])
+    for backend in ("tensorboard", "trackio", "wandb"):
+        r = results.get(f"B5-{backend}")
+        d = results.get(f"B5-{backend}-direct")
+        if not r or "error" in r:
+            continue
+        d = d if d and "error" not in d else None
+        children = (f"; child processes' peak {r['children_peak_mb']} MB"
+                    + (f" vs {d['children_peak_mb']} MB" if d else "")
+                    if r["children_peak_mb"] else "")
+        add("B5", f"{backend}, {r['steps']:,} steps × 10: peak RSS (growth after start), "
+            f"Monitor vs direct SDK{children}",
+            f"{r['peak_mb']} MB (+{r['peak_growth_mb']})",
+            f"{d['peak_mb']} MB (+{d['peak_growth_mb']})" if d else "",
+            f"{r['peak_mb'] / d['peak_mb']:.3f}×" if d else "", "", "", None)
+    return rows, missed
+
+
+def scale_rows(r: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    sizes = next(iter(r["us_per_call"].values())).keys()
+    headers = ["backends", *(f"{n} scalar{'s' if n != '1' else ''}/call (µs)" for n in sizes)]
+    rows = []
+    for backends, cells in r["us_per_call"].items():
+        rows.append([backends.replace("+", " + "),
+                     *(_range(cells[n], 1) for n in sizes)])
+    return headers, rows
+
+
+def profile_sections(r: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
+    out = []
+    parts = [[k, _num(v, 0)] for k, v in r["parts_ns"].items()]
+    out.append(("Monitor.log, 8 scalars, null backend: where one call's time goes",
+                ["part", "ns"], parts))
+    variants = [[k, _range(v["ns_per_call"], 0), _ratio(v["ratio_vs_current"]),
+                 _range(v["saved_ns_per_call"], 0)] for k, v in r["variants"].items()]
+    out.append(("Candidate hot-path changes (null backend, 8 scalars)",
+                ["variant", "ns/call", "vs current", "saved ns/call"], variants))
+    for key, title in (("cprofile_null", "cProfile, null backend (top by own time)"),
+                       ("cprofile_tensorboard", "cProfile, tensorboard backend")):
+        rows = [[p["function"], str(p["calls"]), f"{p['share'] * 100:.0f}%"] for p in r[key]]
+        out.append((title, ["function", "calls", "own time"], rows))
+    return out
+
+
+def render(results: dict[str, Any], meta: dict[str, Any]) -> tuple[str, str, list[str]]:
+    rows, missed = main_rows(results)
+    text: list[str] = []
+    md: list[str] = [
+        f"## Benchmark results ({meta['mode']}, {meta['date']})", "",
+        f"Python {meta['python']}, {meta['cpus']} CPUs, {meta['platform']}; "
+        f"run took {meta['total_seconds']} s. A figure is the median of per-repetition ratios, "
+        "A and B alternating in one process; (min–max) over repetitions. Rerun: "
+        f"`nox -s bench`{' -- --quick' if meta['mode'] == 'quick' else ''}.", "",
+    ]
+    text.append(_table(HEADERS, rows, markdown=False))
+    md.append(_table(HEADERS, rows, markdown=True))
+    sections = []
+    if "B6" in results and "error" not in results["B6"]:
+        headers, scale = scale_rows(results["B6"])
+        sections.append(("B6: µs per Monitor.log call (median (min–max)), incl. flush",
+                         headers, scale))
+    if "profile" in results and "error" not in results["profile"]:
+        sections += profile_sections(results["profile"])
+    for title, headers, body in sections:
+        text += ["", title, _table(headers, body, markdown=False)]
+        md += ["", f"**{title}**", "", _table(headers, body, markdown=True)]
+    failed = [f"{job}: {r['error']}" for job, r in results.items() if "error" in r]
+    if failed:
+        text += ["", "FAILED: " + "; ".join(failed)]
+        md += ["", "**FAILED:** " + "; ".join(failed)]
+    md += ["", "Versions: " + ", ".join(f"{k} {v}" for k, v in meta["versions"].items() if v)]
+    return "\n".join(text), "\n".join(md) + "\n", missed
