@@ -342,3 +342,43 @@ def test_a_backend_with_a_wrong_hook_signature_fails_in_strict_mode(make):
 
     with pytest.raises(Exception, match="batch"):
         make([WrongArgs], strict=True)
+
+
+def test_no_automatic_step_past_the_largest_and_nothing_of_that_call_is_written(make):
+    monitor = make()
+    monitor.log({"a": 1.0}, step=2**63 - 1)
+    with pytest.raises(ValueError, match=r"past the largest step 2\*\*63 - 1"):
+        monitor.log({"a": 2.0})
+    with pytest.raises(ValueError, match=r"past the largest step"):
+        monitor.write_events([("a", 3.0, None)])
+    monitor.log({"a": 4.0}, step=5)  # explicit steps still work
+    assert steps_stored(monitor) == [("a", 2**63 - 1), ("a", 5)]
+
+
+@pytest.mark.parametrize("metrics", [0.5, [("loss", 0.5)], "loss", None])
+def test_log_takes_a_mapping(make, metrics):
+    monitor = make()
+    with pytest.raises(TypeError, match="log\\(\\) takes a mapping of \\{tag: value\\}"):
+        monitor.log(metrics, step=0)
+
+
+@pytest.mark.parametrize("flag", ["strict", "rank_zero_only"])
+@pytest.mark.parametrize("value", ["no", "false", 0, None])
+def test_flags_must_be_bools(make, flag, value):
+    with pytest.raises(ConfigError, match=f"{flag}={value!r} must be True or False"):
+        make(**{flag: value})
+
+
+def test_a_misspelt_keyword_is_named_with_a_suggestion(make):
+    with pytest.raises(ConfigError, match="unknown keyword argument 'logdir'; did you mean "
+                                          "'log_dir'"):
+        make(logdir="runs")
+
+
+def test_methods_on_a_closed_monitor_name_themselves(make):
+    monitor = make()
+    monitor.close()
+    with pytest.raises(RuntimeError, match=r"write_events\(\) on the closed Monitor"):
+        monitor.write_events([("a", 1.0, 1)])
+    with pytest.raises(RuntimeError, match=r"log\(\) on the closed Monitor"):
+        monitor.log({"a": 1.0})

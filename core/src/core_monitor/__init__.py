@@ -3,20 +3,41 @@
 Users build a ``Monitor``; backend authors implement the hooks in ``core_monitor.hookspecs``
 with the ``hookimpl`` marker and declare their class in the ``experiment_monitors`` entry-point
 group.
+
+The names below are imported on first use (PEP 562), so that the ``monitors`` command, which
+only reads metadata, starts without importing pluggy and the logging machinery.
 """
 
-from importlib.metadata import PackageNotFoundError, version
+from __future__ import annotations
 
-from .errors import BackendLoadError, BackendWarning, ConfigError, UnknownBackendError
-from .events import Event
-from .hookspecs import hookimpl, hookspec
-from .monitor import Monitor
-from .run import RunInfo
+from importlib import import_module
+from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .errors import BackendLoadError, BackendWarning, ConfigError, UnknownBackendError
+    from .events import Event
+    from .hookspecs import hookimpl, hookspec
+    from .monitor import Monitor
+    from .run import RunInfo
 
 try:
     __version__ = version("core-monitor")
 except PackageNotFoundError:  # running from a source tree that is not installed
     __version__ = "0+unknown"
+
+#: Public name -> the module defining it.
+_EXPORTS = {
+    "BackendLoadError": ".errors",
+    "BackendWarning": ".errors",
+    "ConfigError": ".errors",
+    "UnknownBackendError": ".errors",
+    "Event": ".events",
+    "hookimpl": ".hookspecs",
+    "hookspec": ".hookspecs",
+    "Monitor": ".monitor",
+    "RunInfo": ".run",
+}
 
 __all__ = [
     "BackendLoadError",
@@ -30,3 +51,15 @@ __all__ = [
     "hookimpl",
     "hookspec",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'core_monitor' has no attribute {name!r}")
+    value = getattr(import_module(_EXPORTS[name], __name__), name)
+    globals()[name] = value  # later look-ups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])

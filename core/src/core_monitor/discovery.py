@@ -10,8 +10,8 @@ from __future__ import annotations
 import difflib
 import os
 import re
-from dataclasses import dataclass
 from importlib.metadata import EntryPoint, PackageNotFoundError, distribution, entry_points
+from typing import NamedTuple
 
 from .errors import BackendLoadError, ConfigError, UnknownBackendError
 
@@ -21,8 +21,7 @@ GROUP = "experiment_monitors"
 DISABLE_ENV = "EXPERIMENT_MONITORS_DISABLE"
 
 
-@dataclass(frozen=True)
-class BackendInfo:
+class BackendInfo(NamedTuple):
     """One installed backend, as its distribution's metadata declares it.
 
     Attributes:
@@ -31,6 +30,9 @@ class BackendInfo:
         version: that distribution's version.
         target: the entry point's value, ``"module:Class"``.
         entry_point: the ``importlib.metadata.EntryPoint`` itself.
+
+    A ``NamedTuple`` rather than a dataclass: ``dataclasses`` imports ``inspect``, which
+    would slow ``monitors list`` down by a third.
     """
 
     name: str

@@ -91,9 +91,10 @@ def flatten(metrics: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str,
     """
     for key, value in metrics.items():
         if type(key) is not str or not key:
+            where = f" under {prefix.rstrip('/')!r}" if prefix else ""
             raise TypeError(
-                f"metric name {key!r} under {prefix or 'the top level'!r} is not a non-empty "
-                "str; use string tags such as 'train/loss'"
+                f"metric name {key!r}{where} is not a non-empty str; use string tags such as "
+                "'train/loss'"
             )
         tag = prefix + key
         if isinstance(value, Mapping):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import difflib
 import inspect
 import logging
 import os
@@ -26,6 +27,7 @@ from .run import RunInfo, default_run_name, detect_rank
 logger = logging.getLogger("core_monitor")
 
 _HOOKS = ("monitor_write", "monitor_flush", "monitor_close")
+_KEYWORDS = ("project", "name", "config", "log_dir", "strict", "rank_zero_only")
 
 
 class Monitor:
@@ -48,8 +50,10 @@ class Monitor:
             ``wandb={"mode": "offline"}``.
 
     Raises:
-        ConfigError: no backend selected, an option for an unselected backend, or an option
-            the backend does not accept (the message names backend, option and accepted ones).
+        ConfigError: no backend selected; ``project``, ``name``, ``strict`` or
+            ``rank_zero_only`` of the wrong type; a misspelt keyword (``logdir``: "did you mean
+            'log_dir'?"); options for an unselected backend; or an option the backend does not
+            accept (the message names backend, option and accepted ones).
         UnknownBackendError: a name that no installed distribution declares.
         BackendLoadError: a selected plugin or its SDK fails to import.
     """
@@ -75,6 +79,12 @@ class Monitor:
             )
         if not isinstance(project, str) or not project:
             raise ConfigError(f"project={project!r} must be a non-empty str")
+        if name is not None and (not isinstance(name, str) or not name):
+            raise ConfigError(f"name={name!r} must be a non-empty str, or None for a made-up one")
+        for flag, value in (("strict", strict), ("rank_zero_only", rank_zero_only)):
+            if not isinstance(value, bool):
+                raise ConfigError(f"{flag}={value!r} must be True or False (a bool, not "
+                                  f"{type(value).__name__})")
         rank, world_size = detect_rank()
         self.run = RunInfo(
             project=project,
@@ -91,11 +101,20 @@ class Monitor:
         self._closed = False
         self._names: list[str] = []
         self._calls: dict[str, list[tuple[str, Callable[..., Any]]]] = {h: [] for h in _HOOKS}
+        self._writers = self._calls["monitor_write"]  # log()'s hot path reads it directly
         self._pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
         self._pm.add_hookspecs(hookspecs)
 
         classes = _resolve(backends)
         unused = set(backend_options) - set(classes)
+        for key in sorted(unused):
+            close = difflib.get_close_matches(key, _KEYWORDS, n=1, cutoff=0.7)
+            if close:
+                raise ConfigError(
+                    f"Monitor() got an unknown keyword argument {key!r}; did you mean "
+                    f"{close[0]!r}? (other keywords are per-backend options, named after "
+                    "a selected backend)"
+                )
         if unused:
             raise ConfigError(
                 f"options given for {sorted(unused)}, which are not selected "
@@ -151,18 +170,25 @@ class Monitor:
             The step the scalars were stored at.
 
         Raises:
-            TypeError: a tag is not a non-empty ``str``, a value is not a number (the message
-                names the tag), or ``step`` is a ``bool``/``float``. Nothing of this call is
-                written.
-            ValueError: ``step`` is out of range. Nothing of this call is written.
+            TypeError: ``metrics`` is not a mapping, a tag is not a non-empty ``str``, a value
+                is not a number (the message names the tag), or ``step`` is a
+                ``bool``/``float``. Nothing of this call is written.
+            ValueError: ``step`` is out of range, or ``step=None`` after step ``2**63 - 1``
+                (no next step exists). Nothing of this call is written.
             RuntimeError: the monitor is closed.
         """
         if self._closed:
-            raise RuntimeError(f"Monitor for run {self.run.name!r} is closed; log() before close()")
+            raise self._closed_error("log")
         if step is None:
             step = self._next_step
+            if step > MAX_STEP:
+                raise ValueError(f"the next step would be {step}, past the largest step "
+                                 "2**63 - 1; pass explicit steps")
         elif type(step) is not int or not 0 <= step <= MAX_STEP:
             step = check_step(step)
+        if not isinstance(metrics, Mapping):
+            raise TypeError(f"log() takes a mapping of {{tag: value}}, not "
+                            f"{type(metrics).__name__}; e.g. monitor.log({{'loss': 0.5}}, step=1)")
         now = time.time()
         new = tuple.__new__
         events = []
@@ -178,7 +204,14 @@ class Monitor:
         if step >= self._next_step:
             self._next_step = step + 1
         if events:
-            self._write(events)
+            batch = tuple(events)
+            for backend_name, write in self._writers:
+                try:
+                    write(events=batch)
+                except Exception as error:
+                    self._failed(backend_name, "monitor_write", error)
+            if self._pending is not None:
+                self._raise_pending()
         return step
 
     def write_events(self, events: Iterable[tuple[str, Any, int | None]]) -> None:
@@ -193,7 +226,7 @@ class Monitor:
             RuntimeError: the monitor is closed.
         """
         if self._closed:
-            raise RuntimeError(f"Monitor for run {self.run.name!r} is closed; log() before close()")
+            raise self._closed_error("write_events")
         now = time.time()
         auto = self._next_step
         batch = []
@@ -204,6 +237,9 @@ class Monitor:
             tag, value, step = item
             if type(tag) is not str or not tag:
                 raise TypeError(f"event tag {tag!r} is not a non-empty str")
+            if step is None and auto > MAX_STEP:
+                raise ValueError(f"the next step would be {auto}, past the largest step "
+                                 "2**63 - 1; pass explicit steps")
             step = auto if step is None else check_step(step)
             top = max(top, step)
             batch.append(Event(tag, to_float(tag, value), step, now))
@@ -250,12 +286,18 @@ class Monitor:
 
     def _write(self, events: list[Event]) -> None:
         batch = tuple(events)
-        for backend_name, write in self._calls["monitor_write"]:
+        for backend_name, write in self._writers:
             try:
                 write(events=batch)
             except Exception as error:
                 self._failed(backend_name, "monitor_write", error)
         self._raise_pending()
+
+    def _closed_error(self, method: str) -> RuntimeError:
+        return RuntimeError(
+            f"{method}() on the closed Monitor of run {self.run.name!r}; call it before "
+            "close(), or create a new Monitor"
+        )
 
     def _call(self, hook: str) -> None:
         for backend_name, function in self._calls[hook]:
