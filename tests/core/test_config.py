@@ -30,14 +30,6 @@ def assert_json_safe(flat) -> None:
             assert type(item) in (str, int, float, bool, type(None)), (key, item, type(item))
 
 
-@pytest.fixture
-def monitors():
-    made: list[Monitor] = []
-    yield made
-    for monitor in made:
-        monitor.close()
-
-
 # sanitize_config ---------------------------------------------------------------------------
 
 

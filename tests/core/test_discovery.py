@@ -43,15 +43,6 @@ def imported(modules: list[str], package: str) -> bool:
     return any(m == package or m.startswith(package + ".") for m in modules)
 
 
-@pytest.fixture
-def monitors():
-    """Monitors a test opens; all closed at teardown."""
-    made: list[Monitor] = []
-    yield made
-    for monitor in made:
-        monitor.close()
-
-
 # Listing -----------------------------------------------------------------------------------
 
 

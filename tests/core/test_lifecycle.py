@@ -89,14 +89,6 @@ def count(journal: list[tuple[str, str]], hook: str, name: str) -> int:
     return journal.count((hook, name))
 
 
-@pytest.fixture
-def monitors():
-    made: list[Monitor] = []
-    yield made
-    for monitor in made:
-        monitor.close()
-
-
 # Case C3: the process ends without close() ------------------------------------------------
 
 

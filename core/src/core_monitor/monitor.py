@@ -204,14 +204,7 @@ class Monitor:
         if step >= self._next_step:
             self._next_step = step + 1
         if events:
-            batch = tuple(events)
-            for backend_name, write in self._writers:
-                try:
-                    write(events=batch)
-                except Exception as error:
-                    self._failed(backend_name, "monitor_write", error)
-            if self._pending is not None:
-                self._raise_pending()
+            self._write(events)
         return step
 
     def write_events(self, events: Iterable[tuple[str, Any, int | None]]) -> None:
@@ -291,7 +284,8 @@ class Monitor:
                 write(events=batch)
             except Exception as error:
                 self._failed(backend_name, "monitor_write", error)
-        self._raise_pending()
+        if self._pending is not None:
+            self._raise_pending()
 
     def _closed_error(self, method: str) -> RuntimeError:
         return RuntimeError(
