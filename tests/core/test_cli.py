@@ -6,11 +6,11 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 from importlib import metadata
 from pathlib import Path
 
 import pytest
+from _imports import imported, modules_after
 
 from core_monitor.discovery import DISABLE_ENV, installed_backends
 
@@ -21,7 +21,6 @@ PLUGIN_MODULES = (
 )
 SDKS = ("trackio", "wandb", "tensorboard")
 KEYS = ["name", "distribution", "version", "entry_point", "status"]
-MARK = "@@MODULES@@"
 
 
 def monitors(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -44,25 +43,7 @@ def json_rows(proc: subprocess.CompletedProcess[str]) -> dict[tuple[str, str], d
 
 
 def modules_after_main(argv: list[str], cwd: Path) -> list[str]:
-    code = textwrap.dedent(
-        f"""
-        import json, sys
-        from core_monitor import cli
-        cli.main({argv!r})
-        print({MARK!r} + json.dumps(sorted(sys.modules)))
-        """
-    )
-    proc = subprocess.run(
-        [sys.executable, "-c", code], cwd=cwd, env=dict(os.environ),
-        capture_output=True, text=True, timeout=120,
-    )
-    assert proc.returncode == 0, proc.stderr
-    line = next(line for line in proc.stdout.splitlines() if line.startswith(MARK))
-    return json.loads(line[len(MARK):])
-
-
-def imported(modules: list[str], package: str) -> bool:
-    return any(m == package or m.startswith(package + ".") for m in modules)
+    return modules_after(f"from core_monitor import cli\ncli.main({argv!r})\n", cwd)
 
 
 # monitors list -----------------------------------------------------------------------------

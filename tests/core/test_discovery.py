@@ -11,36 +11,16 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 from importlib import metadata
-from pathlib import Path
 
 import pytest
+from _imports import imported, modules_after
 from jsonl_monitor import read_rows
 
 from core_monitor import BackendLoadError, ConfigError, Monitor, UnknownBackendError
 from core_monitor.discovery import DISABLE_ENV, GROUP, find_backend, installed_backends
 
 PLUGIN_MODULES = ("jsonl_monitor", "twin_monitor", "broken_monitor")
-MARK = "@@MODULES@@"
-
-
-def run_python(code: str, cwd: Path, env: dict[str, str] | None = None) -> list[str]:
-    """Run ``code`` in a fresh interpreter; return the ``sys.modules`` names it prints last."""
-    code = textwrap.dedent(code) + (
-        f"\nimport json as _j, sys as _s\nprint({MARK!r} + _j.dumps(sorted(_s.modules)))\n"
-    )
-    proc = subprocess.run(
-        [sys.executable, "-c", code], cwd=cwd, env=env or dict(os.environ),
-        capture_output=True, text=True, timeout=120,
-    )
-    assert proc.returncode == 0, proc.stderr
-    line = next(line for line in proc.stdout.splitlines() if line.startswith(MARK))
-    return json.loads(line[len(MARK):])
-
-
-def imported(modules: list[str], package: str) -> bool:
-    return any(m == package or m.startswith(package + ".") for m in modules)
 
 
 # Listing -----------------------------------------------------------------------------------
@@ -72,7 +52,7 @@ def test_a_name_claimed_by_two_distributions_lists_both():
 
 
 def test_listing_backends_imports_no_plugin(tmp_path):
-    modules = run_python(
+    modules = modules_after(
         """
         from core_monitor.discovery import installed_backends
         assert "broken" in installed_backends()
@@ -245,7 +225,7 @@ def test_other_backends_still_log_after_a_plugin_failed_to_load(tmp_path, monito
 
 def test_selecting_jsonl_imports_no_other_plugin(tmp_path):
     """Only the selected plugin is imported, even when a conflicting name was tried first."""
-    modules = run_python(
+    modules = modules_after(
         f"""
         from core_monitor import ConfigError, Monitor
         try:
