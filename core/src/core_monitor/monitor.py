@@ -122,8 +122,7 @@ class Monitor:
             )
         for backend_name, cls in classes.items():
             _check_options(backend_name, cls, backend_options.get(backend_name) or {})
-        self._active = rank == 0 or not rank_zero_only
-        if self._active:
+        if rank == 0 or not rank_zero_only:
             for backend_name, cls in classes.items():
                 self._start(backend_name, cls, dict(backend_options.get(backend_name) or {}))
         _register(self)
