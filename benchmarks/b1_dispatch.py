@@ -106,8 +106,19 @@ def direct_arm(
             "tensorboard": _direct_tensorboard}[backend](rows, root, loop_times)
 
 
-def _direct_tensorboard(rows, root, loop_times) -> Callable[[], float]:
+def _tensorboard_events(rows: list[dict[str, float]], add_event: Callable[[Any], Any]) -> None:
+    """The idiomatic direct TensorBoard code: one ``Event`` per step, a value per scalar."""
     from tensorboard.compat.proto.event_pb2 import Event
+
+    for i, row in enumerate(rows):
+        event = Event(wall_time=time.time(), step=i)
+        add = event.summary.value.add
+        for tag, value in row.items():
+            add(tag=tag, simple_value=value)
+        add_event(event)
+
+
+def _direct_tensorboard(rows, root, loop_times) -> Callable[[], float]:
     from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
     def arm() -> float:
@@ -115,12 +126,7 @@ def _direct_tensorboard(rows, root, loop_times) -> Callable[[], float]:
         add_event = writer.add_event
 
         def loop() -> None:
-            for i, row in enumerate(rows):
-                event = Event(wall_time=time.time(), step=i)
-                add = event.summary.value.add
-                for tag, value in row.items():
-                    add(tag=tag, simple_value=value)
-                add_event(event)
+            _tensorboard_events(rows, add_event)
 
         elapsed = timed_loop(loop, writer.flush, loop_times)
         writer.close()
@@ -211,17 +217,10 @@ def caller_side(backend: str, rows: list[dict[str, float]], root: Path, reps: in
     direct_loop: Callable[[], None]
     finish: Callable[[], None] = _noop
     if backend == "tensorboard":
-        from tensorboard.compat.proto.event_pb2 import Event
-
         add_event = sink.append
 
         def direct_loop() -> None:
-            for i, row in enumerate(rows):
-                event = Event(wall_time=time.time(), step=i)
-                add = event.summary.value.add
-                for tag, value in row.items():
-                    add(tag=tag, simple_value=value)
-                add_event(event)
+            _tensorboard_events(rows, add_event)
     elif backend == "trackio":
         import trackio
 

@@ -53,13 +53,18 @@ def listed(venv: Venv, cwd: Path) -> dict[str, dict[str, str]]:
     return {row["name"]: row for row in rows}
 
 
+def installed(venv: Venv, wheels: dict[str, Path], distribution: str) -> Iterator[Venv]:
+    """``venv`` with ``distribution``'s wheel installed, uninstalled again afterwards."""
+    venv.install(wheels[distribution])
+    try:
+        yield venv
+    finally:
+        venv.uninstall(distribution)
+
+
 @pytest.fixture
 def with_jsonl(full_venv: Venv, wheels: dict[str, Path]) -> Iterator[Venv]:
-    full_venv.install(wheels["jsonl-monitor"])
-    try:
-        yield full_venv
-    finally:
-        full_venv.uninstall("jsonl-monitor")
+    yield from installed(full_venv, wheels, "jsonl-monitor")
 
 
 def test_installed_third_party_plugin_is_listed_used_then_gone_after_uninstall(
@@ -85,11 +90,7 @@ def test_installed_third_party_plugin_is_listed_used_then_gone_after_uninstall(
 
 @pytest.fixture
 def with_broken(full_venv: Venv, wheels: dict[str, Path]) -> Iterator[Venv]:
-    full_venv.install(wheels["broken-monitor"])
-    try:
-        yield full_venv
-    finally:
-        full_venv.uninstall("broken-monitor")
+    yield from installed(full_venv, wheels, "broken-monitor")
 
 
 def test_c7_a_plugin_failing_on_import_breaks_neither_the_cli_nor_other_backends(
