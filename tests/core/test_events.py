@@ -7,7 +7,15 @@ import math
 import numpy as np
 import pytest
 
-from core_monitor.events import MAX_STEP, Event, check_step, flatten, rows_by_step, to_float
+from core_monitor.events import (
+    MAX_STEP,
+    Event,
+    OneRow,
+    check_step,
+    flatten,
+    rows_by_step,
+    to_float,
+)
 
 
 @pytest.mark.parametrize("step", [0, 1, 120, MAX_STEP, np.int64(7), np.uint8(3), np.int32(0)])
@@ -95,3 +103,19 @@ def test_rows_by_step_starts_a_new_row_when_a_tag_repeats():
 
 def test_rows_by_step_of_nothing_is_nothing():
     assert list(rows_by_step([])) == []
+
+
+def test_rows_by_step_of_a_log_batch_gives_the_same_row_as_grouping_event_by_event():
+    events = _events(("a", 1.0, 5), ("b", 2.0, 5))
+    batch = OneRow(events)
+    batch.row = {"a": 1.0, "b": 2.0}
+    assert list(rows_by_step(batch)) == list(rows_by_step(tuple(events)))
+
+
+def test_rows_by_step_hands_each_backend_its_own_copy_of_a_log_batch_row():
+    batch = OneRow(_events(("a", 1.0, 5)))
+    batch.row = {"a": 1.0}
+    (_, _, first), = rows_by_step(batch)
+    first["a"] = 99.0  # e.g. an SDK renaming or adding keys in place
+    (_, _, second), = rows_by_step(batch)
+    assert second == {"a": 1.0}

@@ -11,6 +11,7 @@ import pytest
 from jsonl_monitor import read_rows
 
 from core_monitor import BackendWarning, ConfigError, Monitor, hookimpl
+from core_monitor.events import rows_by_step
 
 
 class Recorder:
@@ -382,3 +383,36 @@ def test_methods_on_a_closed_monitor_name_themselves(make):
         monitor.write_events([("a", 1.0, 1)])
     with pytest.raises(RuntimeError, match=r"log\(\) on the closed Monitor"):
         monitor.log({"a": 1.0})
+
+
+def test_a_backend_changing_its_row_does_not_change_what_the_next_backend_gets(make):
+    class Renaming:
+        """Changes the row in place, as an SDK that renames reserved keys might."""
+
+        name = "renaming"
+
+        def __init__(self, run):
+            pass
+
+        @hookimpl
+        def monitor_write(self, events):
+            for _, _, row in rows_by_step(events):
+                tag = next(iter(row))
+                row["__" + tag] = row.pop(tag)
+
+    class Grouping(Recorder):
+        name = "grouping"
+
+        @hookimpl
+        def monitor_write(self, events):
+            self.events.extend(rows_by_step(events))
+
+    metrics = {"step": 1.0, "loss": 2.0}
+    monitor = make([Renaming, Grouping])
+    monitor.log(metrics, step=3)
+    metrics["loss"] = 5.0  # the caller reusing its dict changes nothing already logged
+    monitor.log({"x": 1.0}, step=4)
+    (backend,) = Recorder.instances
+    assert [(step, row) for step, _, row in backend.events] == [
+        (3, {"step": 1.0, "loss": 2.0}), (4, {"x": 1.0})
+    ]

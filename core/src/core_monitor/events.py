@@ -14,7 +14,7 @@ The rules (``DESIGN.md``, "Steps" and "Values"):
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, NamedTuple
 
 #: Steps are stored as signed 64-bit integers by every backend (SQLite, protobuf int64).
@@ -103,6 +103,18 @@ def flatten(metrics: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str,
             yield tag, value
 
 
+class OneRow(tuple):  # type: ignore[type-arg]
+    """A batch of ``Event`` that ``Monitor.log`` built from flat ``float`` metrics.
+
+    All its events share one step and no tag repeats, so it carries its row (``{tag: value}``,
+    never changed after construction) and ``rows_by_step`` hands that out instead of rebuilding
+    it event by event: about 1.2 us less per 8-scalar ``log`` call and backend (benchmark B1).
+    To a backend it is just a ``Sequence[Event]``.
+    """
+
+    row: dict[str, float]
+
+
 def rows_by_step(events: Iterable[Event]) -> Iterator[tuple[int, float, dict[str, float]]]:
     """Group a batch into ``(step, wall_time, {tag: value})`` rows, keeping the caller's order.
 
@@ -111,6 +123,10 @@ def rows_by_step(events: Iterable[Event]) -> Iterator[tuple[int, float, dict[str
     that writes one record per step (Trackio's ``log``, one TensorBoard ``Event``, one wandb
     ``log``) writes one record per row. ``wall_time`` is the row's first event's.
     """
+    if type(events) is OneRow:  # built by Monitor.log: the row exists already
+        first = events[0]
+        yield first.step, first.wall_time, dict(events.row)  # a copy: backends may change it
+        return
     row: dict[str, float] = {}
     step = wall_time = None
     for event in events:
@@ -123,7 +139,3 @@ def rows_by_step(events: Iterable[Event]) -> Iterator[tuple[int, float, dict[str
     if row:
         yield step, wall_time, row  # type: ignore[misc]
 
-
-def as_sequence(events: Iterable[Event]) -> Sequence[Event]:
-    """Return ``events`` as a tuple (the form the core hands to ``monitor_write``)."""
-    return events if isinstance(events, tuple) else tuple(events)

@@ -21,7 +21,7 @@ from . import hookspecs
 from .config import load_monitor_config, sanitize_config
 from .discovery import find_backend, load_backend
 from .errors import BackendWarning, ConfigError
-from .events import MAX_STEP, Event, check_step, flatten, to_float
+from .events import MAX_STEP, Event, OneRow, check_step, flatten, to_float
 from .run import RunInfo, default_run_name, detect_rank
 
 logger = logging.getLogger("core_monitor")
@@ -192,18 +192,27 @@ class Monitor:
         new = tuple.__new__
         events = []
         append = events.append
+        plain = True  # every value a float under a str tag: the batch is `metrics` itself
         for tag, value in metrics.items():
             if type(value) is float and type(tag) is str and tag:  # the common case, kept fast
                 append(new(Event, (tag, value, step, now)))
-            elif isinstance(value, Mapping) or type(tag) is not str or not tag:
+                continue
+            plain = False
+            if isinstance(value, Mapping) or type(tag) is not str or not tag:
                 for sub_tag, sub_value in flatten({tag: value}):
                     append(new(Event, (sub_tag, to_float(sub_tag, sub_value), step, now)))
             else:
                 append(new(Event, (tag, to_float(tag, value), step, now)))
         if step >= self._next_step:
             self._next_step = step + 1
-        if events:
-            self._write(events)
+        if not events:
+            return step
+        if plain:
+            batch = OneRow(events)
+            batch.row = dict(metrics)
+            self._write(batch)
+        else:
+            self._write(tuple(events))
         return step
 
     def write_events(self, events: Iterable[tuple[str, Any, int | None]]) -> None:
@@ -237,7 +246,7 @@ class Monitor:
             batch.append(Event(tag, to_float(tag, value), step, now))
         self._next_step = max(self._next_step, top + 1)
         if batch:
-            self._write(batch)
+            self._write(tuple(batch))
 
     def flush(self) -> None:
         """Ask every backend to make what it has so far durable and readable (no-op once closed)."""
@@ -276,8 +285,7 @@ class Monitor:
 
     # Dispatch --------------------------------------------------------------------------------
 
-    def _write(self, events: list[Event]) -> None:
-        batch = tuple(events)
+    def _write(self, batch: tuple[Event, ...]) -> None:
         for backend_name, write in self._writers:
             try:
                 write(events=batch)
