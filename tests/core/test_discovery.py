@@ -244,3 +244,19 @@ def test_selecting_jsonl_imports_no_other_plugin(tmp_path):
     assert not imported(modules, "twin_monitor")
     rows = [json.loads(line) for line in (tmp_path / "p" / "r.jsonl").read_text().splitlines()]
     assert [(r["tag"], r["step"]) for r in rows if "tag" in r] == [("x", 0)]
+
+
+def test_a_misspelt_keyword_is_reported_before_any_plugin_is_imported(tmp_path):
+    modules = modules_after(
+        """
+        from core_monitor import ConfigError, Monitor
+        try:
+            Monitor(["jsonl"], project="p", logdir="runs")
+        except ConfigError as error:
+            assert "did you mean 'log_dir'" in str(error), error
+        else:
+            raise AssertionError("no ConfigError")
+        """,
+        tmp_path,
+    )
+    assert not imported(modules, "jsonl_monitor")

@@ -19,7 +19,7 @@ import pluggy
 
 from . import hookspecs
 from .config import load_monitor_config, sanitize_config
-from .discovery import find_backend, load_backend
+from .discovery import BackendInfo, find_backend, load_backend
 from .errors import BackendWarning, ConfigError
 from .events import MAX_STEP, Event, OneRow, check_step, flatten, to_float
 from .run import RunInfo, default_run_name, detect_rank
@@ -105,8 +105,8 @@ class Monitor:
         self._pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
         self._pm.add_hookspecs(hookspecs)
 
-        classes = _resolve(backends)
-        unused = set(backend_options) - set(classes)
+        found = _find(backends)  # every name and keyword is checked before any plugin import
+        unused = set(backend_options) - set(found)
         for key in sorted(unused):
             close = difflib.get_close_matches(key, _KEYWORDS, n=1, cutoff=0.7)
             if close:
@@ -118,8 +118,9 @@ class Monitor:
         if unused:
             raise ConfigError(
                 f"options given for {sorted(unused)}, which are not selected "
-                f"(selected: {list(classes)}); select them or drop their options"
+                f"(selected: {list(found)}); select them or drop their options"
             )
+        classes = {k: v if isinstance(v, type) else load_backend(v) for k, v in found.items()}
         for backend_name, cls in classes.items():
             _check_options(backend_name, cls, backend_options.get(backend_name) or {})
         if rank == 0 or not rank_zero_only:
@@ -361,13 +362,13 @@ class Monitor:
         self._names.append(backend_name)
 
 
-def _resolve(backends: Sequence[str | type]) -> dict[str, type]:
-    """Map each selected name to its class; find every name before importing any plugin."""
-    found: dict[str, Any] = {}
+def _find(backends: Sequence[str | type]) -> dict[str, BackendInfo | type]:
+    """Map each selected name to its entry point (or the class given); imports nothing."""
+    found: dict[str, BackendInfo | type] = {}
     for backend in backends:
         if isinstance(backend, type):
             key = Monitor.backend_name(backend)
-            value: Any = backend
+            value: BackendInfo | type = backend
         elif isinstance(backend, str) and backend:
             key, value = backend, find_backend(backend)
         else:
@@ -375,7 +376,7 @@ def _resolve(backends: Sequence[str | type]) -> dict[str, type]:
         if key in found:
             raise ConfigError(f"backend {key!r} is selected twice; list each backend once")
         found[key] = value
-    return {k: v if isinstance(v, type) else load_backend(v) for k, v in found.items()}
+    return found
 
 
 def _check_options(backend_name: str, cls: type, options: Mapping[str, Any]) -> None:
