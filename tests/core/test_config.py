@@ -6,6 +6,7 @@ import argparse
 import enum
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import numpy as np
 import pytest
 from jsonl_monitor import read_config, read_rows, run_file
 
-from core_monitor import ConfigError, Monitor
+from core_monitor import ConfigError, Monitor, UnknownBackendError
 from core_monitor.config import sanitize_config
 
 C10 = {"layers": [64, 64], "seed": None, "out": Path("x"), "opt": object()}
@@ -334,6 +335,17 @@ def test_unknown_backend_option_names_backend_option_and_accepted_options(tmp_pa
     assert "'indnt'" in message
     assert "accepted options: indent" in message
     assert not (tmp_path / "p").exists()  # rejected before the backend started
+
+
+def test_errors_raised_for_a_config_file_name_the_file(tmp_path):
+    path = tmp_path / "monitor.toml"
+    path.write_text('backends = ["jsonl"]\nproject = "p"\n[jsonl]\nindnt = 2\n', encoding="utf-8")
+    with pytest.raises(ConfigError, match=f"^{re.escape(str(path))}: backend 'jsonl' has no "
+                                          "option 'indnt'"):
+        Monitor.from_config(path)
+    path.write_text('backends = ["jsnol"]\nproject = "p"\n', encoding="utf-8")
+    with pytest.raises(UnknownBackendError, match=f"^{re.escape(str(path))}: unknown backend"):
+        Monitor.from_config(path)
 
 
 def test_backend_section_must_be_a_table(tmp_path):

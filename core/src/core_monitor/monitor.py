@@ -144,11 +144,18 @@ class Monitor:
         ``Monitor`` keyword arguments that win over the file (e.g. ``name=...``).
 
         Raises:
-            ConfigError: as ``load_monitor_config`` and ``Monitor`` do.
+            ConfigError: as ``load_monitor_config`` and ``Monitor`` do; when ``source`` is a
+                file, the message starts with its path (e.g. an unknown option in a section).
         """
         kwargs = load_monitor_config(source)
         kwargs.update(overrides)
-        return cls(kwargs.pop("backends"), **kwargs)
+        try:
+            return cls(kwargs.pop("backends"), **kwargs)
+        except ConfigError as error:
+            if not isinstance(source, Mapping) and error.args:
+                # Same exception (and class, e.g. UnknownBackendError), pointing at the file.
+                error.args = (f"{os.fspath(source)}: {error.args[0]}", *error.args[1:])
+            raise
 
     @property
     def backends(self) -> list[str]:
