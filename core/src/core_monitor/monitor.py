@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import difflib
 import inspect
 import logging
@@ -13,6 +14,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import pluggy
@@ -26,7 +28,7 @@ from .run import RunInfo, default_run_name, detect_rank
 
 logger = logging.getLogger("core_monitor")
 
-_HOOKS = ("monitor_write", "monitor_flush", "monitor_close")
+_HOOKS = ("monitor_write", "monitor_flush", "monitor_close", "monitor_config")
 _KEYWORDS = ("project", "name", "config", "log_dir", "strict", "rank_zero_only")
 
 
@@ -100,6 +102,7 @@ class Monitor:
         self._next_step = 0
         self._closed = False
         self._names: list[str] = []
+        self._config_warned: set[str] = set()
         self._calls: dict[str, list[tuple[str, Callable[..., Any]]]] = {h: [] for h in _HOOKS}
         self._writers = self._calls["monitor_write"]  # log()'s hot path reads it directly
         self._pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
@@ -255,6 +258,45 @@ class Monitor:
         self._next_step = max(self._next_step, top + 1)
         if batch:
             self._write(tuple(batch))
+
+    def log_config(self, config: Any) -> None:
+        """Add hyperparameters after the start, e.g. a framework's config handed over late.
+
+        The config is sanitised as ``Monitor(config=...)`` is (flat, ``.``-joined keys,
+        JSON-safe values; odd values never raise), merged into ``self.run.config`` (a key given
+        again takes the new value) and sent to every backend's ``monitor_config`` hook, which
+        stores it where the tracker shows a run's config. A backend without that hook is
+        skipped for it, with one ``BackendWarning`` per monitor.
+
+        Args:
+            config: a mapping, dataclass instance, ``argparse.Namespace`` or ``None``.
+
+        Raises:
+            RuntimeError: the monitor is closed.
+        """
+        if self._closed:
+            raise self._closed_error("log_config")
+        update = sanitize_config(config)
+        if not update:
+            return
+        self.run = dataclasses.replace(
+            self.run, config=MappingProxyType({**self.run.config, **update})
+        )
+        having = {name for name, _ in self._calls["monitor_config"]}
+        for backend_name in self._names:
+            if backend_name not in having and backend_name not in self._config_warned:
+                self._config_warned.add(backend_name)
+                warnings.warn(
+                    f"backend {backend_name!r} has no monitor_config hook: the config given "
+                    "to log_config() is not stored there (it was stored by the other backends)",
+                    BackendWarning, stacklevel=2,
+                )
+        for backend_name, function in self._calls["monitor_config"]:
+            try:
+                function(config=update)
+            except Exception as error:
+                self._failed(backend_name, "monitor_config", error)
+        self._raise_pending()
 
     def flush(self) -> None:
         """Ask every backend to make what it has so far durable and readable (no-op once closed)."""
