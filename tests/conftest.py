@@ -28,6 +28,7 @@ OFFLINE_ENV = {
     "TRANSFORMERS_OFFLINE": "1",
     "GRADIO_ANALYTICS_ENABLED": "False",
     "DO_NOT_TRACK": "1",
+    "MLFLOW_DISABLE_TELEMETRY": "true",
 }
 FOLDER_ENV = (
     "WANDB_DIR", "WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR", "WANDB_ARTIFACT_DIR",
@@ -45,7 +46,7 @@ def _folders(root: Path) -> dict[str, str]:
 os.environ.update(OFFLINE_ENV)
 os.environ.update(_folders(_SESSION_HOME))
 for _var in ("WANDB_API_KEY", "HF_TOKEN", "RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS",
-             "EXPERIMENT_MONITORS_DISABLE"):
+             "EXPERIMENT_MONITORS_DISABLE", "MLFLOW_TRACKING_URI"):
     os.environ.pop(_var, None)
 
 

@@ -1,0 +1,29 @@
+"""MLflow backend for ``core-monitor``: scalars as MLflow metrics, the config as params.
+
+Select it as ``Monitor(["mlflow"], project=..., mlflow={"tracking_uri": "http://host:5000"})``;
+without a tracking URI and with a ``log_dir`` it writes the local store
+``sqlite:///<log_dir>/mlflow/mlflow.db``. See ``MlflowMonitor`` for the options and
+``mlflow_monitor.storage`` for how tags and config are stored.
+
+Importing this package imports no MLflow: the SDK is imported when a monitor starts.
+"""
+
+from __future__ import annotations
+
+from .backend import MlflowDeliveryError, MlflowMonitor
+from .reader import client_for, find_run, read_config, read_rows
+from .storage import ESCAPE, escape_key, local_store_uri, param_value, unescape_key
+
+__all__ = [
+    "ESCAPE",
+    "MlflowDeliveryError",
+    "MlflowMonitor",
+    "client_for",
+    "escape_key",
+    "find_run",
+    "local_store_uri",
+    "param_value",
+    "read_config",
+    "read_rows",
+    "unescape_key",
+]

@@ -1,0 +1,461 @@
+"""``MlflowMonitor``: a run's scalars as MLflow metrics and its config as params.
+
+MLflow is imported when the first ``MlflowMonitor`` is constructed (or by ``check_sdk``),
+never at import of this module.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+import warnings
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from core_monitor import BackendWarning, ConfigError, Event, RunInfo, hookimpl
+
+from . import _compat
+from .storage import (
+    CONFIG_TAG_PREFIX,
+    MAX_KEY_LENGTH,
+    MAX_VALUE_LENGTH,
+    escape_key,
+    is_valid_key,
+    local_artifact_root,
+    local_store_uri,
+    param_value,
+    run_name,
+)
+
+#: Most metrics the tracking server takes in one ``log_batch`` request.
+MAX_BATCH = 1000
+#: Most params plus tags the tracking server takes in one ``log_batch`` request.
+MAX_PARAMS_PER_REQUEST = 100
+
+
+class MlflowDeliveryError(ConnectionError):
+    """MLflow did not take a request of this backend (server down, hung or refusing it).
+
+    The backend stops sending for the rest of the run; see ``MlflowMonitor.undelivered``.
+    """
+
+
+class MlflowMonitor:
+    """Log a run's scalars to MLflow (a tracking server or a local store) through ``MlflowClient``.
+
+    Constructed by the core as ``MlflowMonitor(run, **options)``; users select it as
+    ``Monitor(["mlflow"], ..., mlflow={"tracking_uri": "http://127.0.0.1:5000"})``. Only
+    ``mlflow.MlflowClient`` is used: a run the user started with ``mlflow.start_run()`` (the
+    fluent API's active run) is neither used nor ended.
+
+    Storage: experiment = ``experiment`` (default: the project), run name = the run name
+    (``<name>-rank<k>`` on a rank k > 0), one MLflow metric point per scalar with
+    ``step`` = the caller's step exactly (0 .. 2**63-1) and ``value`` the float64 as logged
+    (MLflow stores +-inf as +-1.7976931348623157e308; the readers turn it back into +-inf).
+    ``timestamp`` is the ``log`` call's wall time in milliseconds, made strictly increasing per
+    tag (+1 ms after the previous point of that tag when needed), so that MLflow, which orders a
+    metric's history by timestamp and drops an exactly identical point, keeps every point in
+    the order it was logged. Tags MLflow would refuse are escaped (``mlflow_monitor.storage``).
+    The config is stored as params (``storage.param_value``).
+
+    Rows are buffered and sent with ``MlflowClient.log_batch`` (at most ``batch_size`` metrics
+    per request) when the buffer holds ``batch_size`` scalars, when a ``log`` finds the oldest
+    buffered row older than ``flush_secs``, at ``Monitor.flush()`` and at ``close()``. After
+    ``Monitor.flush()`` every row is readable with ``MlflowClient.get_metric_history``.
+
+    Failures: when a request fails (after ``max_retries`` retries of ``request_timeout``
+    seconds each) the hook raises ``MlflowDeliveryError`` once (the core reports it once and
+    the other backends carry on) and the backend stops sending for the rest of the run:
+    scalars it could not deliver are counted in ``undelivered`` and, at ``close()``, reported
+    in one ``BackendWarning``. No hook then blocks: ``close()`` returns at once. Otherwise
+    ``close()`` returns within the time of its requests, each bounded by
+    ``request_time_bound(request_timeout, max_retries)`` seconds (17 s by default).
+
+    Args:
+        run: the run (project, name, config, log_dir, rank) from the core.
+        tracking_uri: where to log, e.g. ``"http://127.0.0.1:5000"`` or
+            ``"sqlite:////abs/path/mlflow.db"``. Default: a URI the user set
+            (``MLFLOW_TRACKING_URI`` or ``mlflow.set_tracking_uri``); else, when the monitor
+            has a ``log_dir``, the local store ``sqlite:///<log_dir>/mlflow/mlflow.db``; else
+            MLflow's own default.
+        experiment: experiment name (created when missing). Default: ``run.project``.
+        tags: run tags, ``{key: value}`` (values ``str()``-ed); keys must be valid MLflow
+            keys.
+        run_id: log into this existing run (resume it) instead of creating one. On a rank
+            k > 0 a new run ``<name>-rank<k>`` is created in the same experiment.
+        request_timeout: seconds (> 0) each HTTP attempt waits to connect and for an answer
+            (MLflow's own default: 120).
+        max_retries: retries (0..10) of a failed HTTP attempt (MLflow's own default: 7, about
+            four minutes with a server down).
+        batch_size: metrics per ``log_batch`` request and buffer size (1..1000; 1000 is the
+            server's limit).
+        flush_secs: send the buffer at the next ``log`` once its oldest row is older than this
+            many seconds (>= 0; 0 sends at every ``log``).
+
+    Raises:
+        ConfigError: an option has a wrong type or value.
+        ImportError, core_monitor.BackendLoadError: MLflow is missing or of an unsupported
+            version.
+        MlflowDeliveryError: the tracking store could not be reached to create the run
+            (the core reports it and carries on without this backend).
+    """
+
+    #: Backend name used when the class is passed to ``Monitor`` directly.
+    name = "mlflow"
+    #: ``Monitor.flush()`` sends every buffered row synchronously.
+    rows_readable_after = "flush"
+    #: MLflow metric values are float64.
+    value_dtype = "float64"
+    #: The config is stored as MLflow params (``read_config`` reads it back).
+    stores_config = True
+
+    def __init__(
+        self,
+        run: RunInfo,
+        *,
+        tracking_uri: str | None = None,
+        experiment: str | None = None,
+        tags: Mapping[str, Any] | None = None,
+        run_id: str | None = None,
+        request_timeout: float = 5.0,
+        max_retries: int = 2,
+        batch_size: int = MAX_BATCH,
+        flush_secs: float = 5.0,
+    ) -> None:
+        _check_options(tracking_uri, experiment, tags, run_id, request_timeout, max_retries,
+                       batch_size, flush_secs)
+        mlflow = self.check_sdk()
+        from mlflow.entities import Metric, Param, RunTag
+
+        self._Metric, self._Param, self._RunTag = Metric, Param, RunTag
+        self.run = run
+        self.request_timeout = float(request_timeout)
+        self.max_retries = max_retries
+        self.batch_size = batch_size
+        self.flush_secs = float(flush_secs)
+        #: Scalars that did not reach MLflow (the server failed, or the tag is too long).
+        self.undelivered = 0
+        #: Config keys that did not reach MLflow.
+        self.undelivered_config = 0
+        self._error: BaseException | None = None
+        self._closed = False
+        self._lock = threading.RLock()
+        self._buffer: list[Any] = []
+        self._oldest = 0.0
+        self._keys: dict[str, str | None] = {}
+        self._last_ms: dict[str, int] = {}
+        self._params: dict[str, str] = {}  # stored key -> stored value, as MLflow has it
+
+        local = (tracking_uri is None and not mlflow.is_tracking_uri_set()
+                 and run.log_dir is not None)
+        if local:
+            (run.log_dir / "mlflow").mkdir(parents=True, exist_ok=True)
+            tracking_uri = local_store_uri(run.log_dir)
+        self._client = mlflow.MlflowClient(tracking_uri=tracking_uri)
+        #: The tracking URI in use (MLflow's resolution when none was given).
+        self.tracking_uri = self._client.tracking_uri
+        with self._limits():
+            try:
+                self.run_id, self.experiment_id = self._start_run(
+                    experiment or run.project, dict(tags or {}), run_id,
+                    str(local_artifact_root(run.log_dir)) if local else None,
+                )
+            except Exception as error:
+                raise MlflowDeliveryError(
+                    f"mlflow: could not start the run at {self.tracking_uri}: "
+                    f"{type(error).__name__}: {error}"
+                ) from error
+        if run.config:
+            self._send_config(run.config)
+
+    @classmethod
+    def check_sdk(cls) -> Any:
+        """Import MLflow and check the internals this plugin relies on; return ``mlflow``.
+
+        Raises:
+            ImportError: MLflow is not installed.
+            core_monitor.BackendLoadError: an unsupported MLflow version (names the range).
+        """
+        return _compat.check()
+
+    def _limits(self) -> Any:
+        return _compat.request_limits(self.request_timeout, self.max_retries)
+
+    def _start_run(
+        self, experiment: str, tags: dict[str, Any], run_id: str | None, artifacts: str | None
+    ) -> tuple[str, str]:
+        client = self._client
+        name = run_name(self.run.name, self.run.rank)
+        if run_id is not None:
+            existing = client.get_run(run_id)
+            experiment_id = existing.info.experiment_id
+            if self.run.rank == 0:
+                self._params.update(existing.data.params)
+                client.update_run(run_id, status="RUNNING")
+                for key, value in tags.items():
+                    client.set_tag(run_id, key, str(value))
+                return run_id, experiment_id
+        else:
+            found = client.get_experiment_by_name(experiment)
+            if found is None:
+                try:
+                    experiment_id = client.create_experiment(experiment,
+                                                             artifact_location=artifacts)
+                except Exception:  # another rank or process created it meanwhile
+                    found = client.get_experiment_by_name(experiment)
+                    if found is None:
+                        raise
+                    experiment_id = found.experiment_id
+            else:
+                experiment_id = found.experiment_id
+        created = client.create_run(
+            experiment_id, run_name=name, tags={k: str(v) for k, v in tags.items()}
+        )
+        return created.info.run_id, experiment_id
+
+    # Hooks -------------------------------------------------------------------------------------
+
+    @hookimpl
+    def monitor_write(self, events: Sequence[Event]) -> None:
+        """Buffer one MLflow metric point per event; send when a threshold is reached.
+
+        Raises:
+            MlflowDeliveryError: sending failed (once per run; later rows are only counted).
+            ValueError: a tag is longer than MLflow's 250-character key limit even after
+                escaping; the other events of the batch are kept.
+        """
+        with self._lock:
+            if self._error is not None or self._closed:
+                self.undelivered += len(events)
+                return
+            metric = self._Metric
+            keys = self._keys
+            last_ms = self._last_ms
+            buffer = self._buffer
+            if not buffer:
+                self._oldest = time.monotonic()
+            too_long = []
+            for tag, value, step, wall_time in events:
+                key = keys.get(tag, "")
+                if key == "":
+                    key = keys[tag] = self._key_for(tag)
+                if key is None:
+                    too_long.append(tag)
+                    continue
+                ms = int(wall_time * 1000)
+                previous = last_ms.get(key)
+                if previous is not None and ms <= previous:
+                    ms = previous + 1
+                last_ms[key] = ms
+                buffer.append(metric(key, value, ms, step))
+            if len(buffer) >= self.batch_size or (
+                buffer and time.monotonic() - self._oldest >= self.flush_secs
+            ):
+                self._send()
+            if too_long:
+                self.undelivered += len(too_long)
+                raise ValueError(
+                    f"mlflow: tag {too_long[0]!r:.80} is longer than MLflow's "
+                    f"{MAX_KEY_LENGTH}-character key limit once escaped; {len(too_long)} "
+                    "scalar(s) of this call were not stored in MLflow (the others were). Fix: "
+                    f"use tags of at most {MAX_KEY_LENGTH} characters"
+                )
+
+    @hookimpl
+    def monitor_flush(self) -> None:
+        """Send every buffered row; afterwards ``get_metric_history`` returns them all.
+
+        Raises:
+            MlflowDeliveryError: sending failed (the first time only).
+        """
+        with self._lock:
+            if self._error is None and self._buffer:
+                self._send()
+
+    # Optional: a core without this hookspec (before log_config existed) just never calls it.
+    @hookimpl(optionalhook=True)
+    def monitor_config(self, config: Mapping[str, Any]) -> None:
+        """Merge hyperparameters given after the start into the run's params.
+
+        A new key becomes a param. A key already stored with another value cannot change
+        (MLflow params are immutable): the param keeps its first value and the new value is
+        stored in the run tag ``mlflow_monitor.config.<key>``, which ``read_config`` prefers.
+
+        Raises:
+            MlflowDeliveryError: the request failed (the first time only).
+        """
+        with self._lock:
+            if self._closed:
+                return
+            self._send_config(config)
+
+    @hookimpl
+    def monitor_close(self) -> None:
+        """Send what is buffered, mark the run FINISHED and report undelivered scalars.
+
+        A second call does nothing. With the server already found down, returns at once.
+
+        Raises:
+            MlflowDeliveryError: the last send or ending the run failed (first failure only).
+        """
+        with self._lock:
+            if self._closed:
+                return
+            try:
+                if self._error is None and self._buffer:
+                    self._send()
+                if self._error is None:
+                    try:
+                        with self._limits():
+                            self._client.set_terminated(self.run_id, status="FINISHED")
+                    except Exception as error:
+                        self._fail(error, "end the run")
+            finally:
+                self._closed = True
+                self._report()
+
+    # Sending -----------------------------------------------------------------------------------
+
+    def _key_for(self, tag: str) -> str | None:
+        key = escape_key(tag)
+        return key if len(key) <= MAX_KEY_LENGTH else None
+
+    def _send(self) -> None:
+        batch, self._buffer = self._buffer, []
+        sent = 0
+        try:
+            with self._limits():
+                for start in range(0, len(batch), self.batch_size):
+                    chunk = batch[start : start + self.batch_size]
+                    self._client.log_batch(self.run_id, metrics=chunk, synchronous=True)
+                    sent += len(chunk)
+        except Exception as error:
+            self.undelivered += len(batch) - sent
+            self._fail(error, f"send {len(batch) - sent} scalar(s)")
+
+    def _send_config(self, config: Mapping[str, Any]) -> None:
+        if self._error is not None:
+            self.undelivered_config += len(config)
+            return
+        params, tags, skipped = [], [], []
+        for name, value in config.items():
+            key = escape_key(str(name))
+            text = param_value(value)
+            if len(key) > MAX_KEY_LENGTH:
+                skipped.append(name)
+            elif key not in self._params:
+                params.append(self._Param(key, text))
+            elif self._params[key] != text:
+                tag = CONFIG_TAG_PREFIX + key
+                if len(tag) > MAX_KEY_LENGTH:
+                    skipped.append(name)
+                else:
+                    tags.append(self._RunTag(tag, text))
+        entries = [*params, *tags]
+        sent = 0
+        try:
+            with self._limits():
+                for start in range(0, len(entries), MAX_PARAMS_PER_REQUEST):
+                    chunk = entries[start : start + MAX_PARAMS_PER_REQUEST]
+                    self._client.log_batch(
+                        self.run_id,
+                        params=[e for e in chunk if isinstance(e, self._Param)],
+                        tags=[e for e in chunk if isinstance(e, self._RunTag)],
+                        synchronous=True,
+                    )
+                    for entry in chunk:
+                        if isinstance(entry, self._Param):
+                            self._params[entry.key] = entry.value
+                    sent += len(chunk)
+        except Exception as error:
+            self.undelivered_config += len(entries) - sent
+            self._fail(error, f"store {len(entries) - sent} config key(s)")
+        if skipped:
+            self.undelivered_config += len(skipped)
+            warnings.warn(
+                f"mlflow: config key {skipped[0]!r:.80} (and {len(skipped) - 1} more) is longer "
+                f"than MLflow's {MAX_KEY_LENGTH}-character key limit once escaped and was not "
+                "stored as a param; use shorter config keys",
+                BackendWarning,
+                stacklevel=2,
+            )
+
+    def _fail(self, error: BaseException, what: str) -> None:
+        self._error = error
+        raise MlflowDeliveryError(
+            f"mlflow: could not {what} to {self.tracking_uri} (run {self.run_id}): "
+            f"{type(error).__name__}: {error}. Nothing more is sent for this run; scalars "
+            "logged from now on are counted in MlflowMonitor.undelivered"
+        ) from error
+
+    def _report(self) -> None:
+        if self.undelivered or self.undelivered_config:
+            reason = (f"{type(self._error).__name__}: {self._error}" if self._error is not None
+                      else "tags longer than MLflow's key limit")
+            warnings.warn(
+                f"mlflow: {self.undelivered} scalar(s) and {self.undelivered_config} config "
+                f"key(s) of run {self.run.name!r} were not delivered to {self.tracking_uri} "
+                f"(run {self.run_id}): {reason:.300}",
+                BackendWarning,
+                stacklevel=2,
+            )
+
+
+def _check_options(
+    tracking_uri: Any, experiment: Any, tags: Any, run_id: Any, request_timeout: Any,
+    max_retries: Any, batch_size: Any, flush_secs: Any,
+) -> None:
+    for option, value, example in (
+        ("tracking_uri", tracking_uri, "'http://127.0.0.1:5000'"),
+        ("experiment", experiment, "'digits'"),
+        ("run_id", run_id, "'3f2a...'"),
+    ):
+        if value is not None and (not isinstance(value, str) or not value):
+            raise ConfigError(
+                f"mlflow: option {option}={value!r} must be a non-empty str or None, "
+                f"e.g. {option}={example}"
+            )
+    if tags is not None:
+        if not isinstance(tags, Mapping):
+            raise ConfigError(
+                f"mlflow: option tags={tags!r:.80} must be a mapping of run tags, "
+                "e.g. tags={'team': 'vision'}"
+            )
+        for key, value in tags.items():
+            if not isinstance(key, str) or not is_valid_key(key):
+                raise ConfigError(
+                    f"mlflow: option tags has key {key!r:.80}, which MLflow refuses; use at "
+                    "most 250 letters, digits, '_', '-', '.', ' ', ':' or '/' (no leading '/', "
+                    "no '//')"
+                )
+            if len(str(value)) > MAX_VALUE_LENGTH:
+                raise ConfigError(
+                    f"mlflow: option tags[{key!r}] is longer than {MAX_VALUE_LENGTH} characters"
+                )
+    for option, value, low, example in (
+        ("request_timeout", request_timeout, 0.0, "request_timeout=5"),
+        ("flush_secs", flush_secs, -1.0, "flush_secs=5"),
+    ):
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not math.isfinite(value)
+            or not value > low
+            or (option == "flush_secs" and value < 0)
+        ):
+            bound = "> 0" if option == "request_timeout" else ">= 0"
+            raise ConfigError(
+                f"mlflow: option {option}={value!r} must be a number of seconds {bound}, "
+                f"e.g. {example}"
+            )
+    for option, value, low, high, example in (
+        ("max_retries", max_retries, 0, 10, "max_retries=2"),
+        ("batch_size", batch_size, 1, MAX_BATCH, "batch_size=1000"),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise ConfigError(
+                f"mlflow: option {option}={value!r} must be an integer from {low} to {high}, "
+                f"e.g. {example}"
+            )
+

@@ -1,0 +1,575 @@
+"""The MLflow backend against a real ``mlflow server`` on 127.0.0.1 and a local SQLite store.
+
+Everything is read back through ``MlflowClient`` (``get_metric_history``, run params and tags):
+the tracking server's own API, never the core. The server is started once per session
+(``mlflow_server``), stopped by its process group at the end; one test stops it and starts it
+again, another freezes it (SIGSTOP) to act as a hung server.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import urllib.request
+import warnings
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("mlflow_monitor")
+
+from core_monitor import BackendWarning, ConfigError, Monitor, RunInfo
+from core_monitor.testing import MonitorContract
+from mlflow_monitor import (
+    ESCAPE,
+    MlflowMonitor,
+    _compat,
+    client_for,
+    escape_key,
+    find_run,
+    local_store_uri,
+    param_value,
+    read_config,
+    read_rows,
+    unescape_key,
+)
+
+#: What the server process sees besides this process's (offline, SDK folders in a temp dir).
+SERVER_ENV = {
+    "MLFLOW_DISABLE_TELEMETRY": "true",
+    "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
+}
+START_TIMEOUT = 180.0
+#: Short request limits for the tests that make the server fail: bound = 2 x 1 s (+0 s back-off).
+FAST_FAIL = {"request_timeout": 1.0, "max_retries": 1}
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class MlflowServer:
+    """A real ``mlflow server`` process on 127.0.0.1 with a SQLite store under ``root``."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.port = free_port()
+        self.uri = f"http://127.0.0.1:{self.port}"
+        self.process: subprocess.Popen[bytes] | None = None
+        #: Seconds each start took until ``/health`` answered ``OK``.
+        self.start_seconds: list[float] = []
+
+    def start(self) -> None:
+        (self.root / "artifacts").mkdir(parents=True, exist_ok=True)
+        mlflow_cli = Path(sys.executable).with_name("mlflow")
+        command = [
+            str(mlflow_cli) if mlflow_cli.exists() else "mlflow", "server",
+            "--host", "127.0.0.1", "--port", str(self.port), "--workers", "1",
+            "--backend-store-uri", f"sqlite:///{(self.root / 'mlflow.db').as_posix()}",
+            "--default-artifact-root", (self.root / "artifacts").as_uri(),
+            "--no-serve-artifacts",
+        ]
+        log = (self.root / "server.log").open("ab")
+        began = time.monotonic()
+        self.process = subprocess.Popen(
+            command, cwd=self.root, env={**os.environ, **SERVER_ENV}, stdout=log,
+            stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        log.close()
+        while time.monotonic() - began < START_TIMEOUT:
+            if self.process.poll() is not None:
+                pytest.fail(f"mlflow server exited with {self.process.returncode}:\n"
+                            f"{self.log()[-4000:]}")
+            if self.healthy():
+                self.start_seconds.append(time.monotonic() - began)
+                return
+            time.sleep(0.2)
+        self.stop()
+        pytest.fail(f"mlflow server not healthy after {START_TIMEOUT} s:\n{self.log()[-4000:]}")
+
+    def healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.uri}/health", timeout=2) as answer:
+                return answer.read().strip() == b"OK"
+        except OSError:
+            return False
+
+    def send(self, signum: int) -> None:
+        """Send ``signum`` to the server's whole process group (its workers too)."""
+        assert self.process is not None
+        os.killpg(self.process.pid, signum)
+
+    def stop(self, signum: int = signal.SIGTERM) -> None:
+        """Stop the process group by PID; SIGKILL after 30 s."""
+        if self.process is None or self.process.poll() is not None:
+            return
+        try:
+            self.send(signal.SIGCONT)  # a frozen server must be able to exit
+            self.send(signum)
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.send(signal.SIGKILL)
+            self.process.wait(timeout=30)
+        except ProcessLookupError:
+            pass
+
+    def log(self) -> str:
+        path = self.root / "server.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(tmp_path_factory: pytest.TempPathFactory):
+    server = MlflowServer(tmp_path_factory.mktemp("mlflow-server"))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def sqlite_uri(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """One SQLite store for the session (creating one runs MLflow's migrations, ~5 s)."""
+    return local_store_uri(tmp_path_factory.mktemp("mlflow-sqlite"))
+
+
+def run_of(monitor: Monitor) -> MlflowMonitor:
+    """The backend instance behind ``monitor`` (to read its counters)."""
+    plugin = monitor._pm.get_plugin("mlflow")
+    assert isinstance(plugin, MlflowMonitor)
+    return plugin
+
+
+# The contract kit, against the server and against a local store ------------------------------
+
+
+class TestMlflowServerContract(MonitorContract):
+    @pytest.fixture
+    def backend_class(self):
+        return MlflowMonitor
+
+    @pytest.fixture
+    def backend_options(self, mlflow_server):
+        return {"tracking_uri": mlflow_server.uri}
+
+    @pytest.fixture
+    def read_rows(self, mlflow_server):
+        return functools.partial(read_rows, tracking_uri=mlflow_server.uri)
+
+
+class TestMlflowSqliteContract(MonitorContract):
+    @pytest.fixture
+    def backend_class(self):
+        return MlflowMonitor
+
+    @pytest.fixture
+    def backend_options(self, sqlite_uri):
+        return {"tracking_uri": sqlite_uri}
+
+    @pytest.fixture
+    def read_rows(self, sqlite_uri):
+        return functools.partial(read_rows, tracking_uri=sqlite_uri)
+
+
+@pytest.fixture
+def monitor_factory(tmp_path, mlflow_server):
+    """Monitors logging to the session's server (strict unless told otherwise)."""
+    made: list[Monitor] = []
+
+    def make(backends=("mlflow",), **kwargs) -> Monitor:
+        kwargs.setdefault("project", "cases")
+        kwargs.setdefault("name", f"case-{time.time_ns()}")
+        kwargs.setdefault("log_dir", tmp_path / "logs")
+        kwargs.setdefault("strict", True)
+        options = kwargs.setdefault("mlflow", {})
+        options.setdefault("tracking_uri", mlflow_server.uri)
+        monitor = Monitor(list(backends), **kwargs)
+        made.append(monitor)
+        return monitor
+
+    yield make
+    for monitor in made:
+        monitor.close()
+
+
+# Storage: steps, values, tags, config -----------------------------------------------------------
+
+
+def test_importing_the_plugin_imports_no_mlflow():
+    code = "import sys, mlflow_monitor; print(sorted(m for m in sys.modules if 'mlflow' == m " \
+           "or m.startswith('mlflow.')))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, check=True)
+    assert done.stdout.strip() == "[]"
+
+
+def test_ten_thousand_steps_of_eight_scalars_read_back_exactly(monitor_factory, mlflow_server):
+    monitor = monitor_factory()
+    want = []
+    for step in range(10_000):
+        row = {f"train/scalar_{j}": step * 1e-3 + j / 7 for j in range(8)}
+        monitor.log(row, step=step)
+        want += [(tag, step, value) for tag, value in row.items()]
+    monitor.flush()
+    got = read_rows(monitor.run, tracking_uri=mlflow_server.uri)
+    assert sorted(got) == sorted(want)
+    for j in range(8):  # each tag's history in the logged order, every value float64-exact
+        tag = f"train/scalar_{j}"
+        assert [(s, v) for t, s, v in got if t == tag] == [(s, v) for t, s, v in want if t == tag]
+
+
+def test_escaped_tags_round_trip_and_are_stored_as_documented(monitor_factory, mlflow_server):
+    tags = ["loss 🔥", "a//b", "k/", "/x", "./x", "..x", "a,b=c#d+e", "::x", ".", ":", "é/ü",
+            "x" * 250, "with space/and:colon", "百分比%"]
+    monitor = monitor_factory()
+    monitor.log({tag: float(i) for i, tag in enumerate(tags)}, step=3)
+    monitor.flush()
+    stored = find_run(monitor.run, tracking_uri=mlflow_server.uri).data.metrics
+    assert sorted(stored) == sorted(escape_key(tag) for tag in tags)
+    assert {"a//b", "loss 🔥", "::x"}.isdisjoint(stored)  # MLflow refuses those or they clash
+    assert {"with space/and:colon", "é/ü", "x" * 250} <= set(stored)  # valid ones kept as is
+    assert escape_key("loss 🔥") == ESCAPE + "loss :1f525:"
+    assert escape_key("a//b") == ESCAPE + "a:2f::2f:b"
+    assert escape_key("::x") == ":::3a::3a:x"
+    assert all(unescape_key(escape_key(tag)) == tag for tag in tags)
+    assert sorted(read_rows(monitor.run, tracking_uri=mlflow_server.uri)) == sorted(
+        (tag, 3, float(i)) for i, tag in enumerate(tags)
+    )
+
+
+def test_a_tag_too_long_for_mlflow_is_reported_and_the_rest_of_the_call_is_stored(
+    monitor_factory, mlflow_server
+):
+    monitor = monitor_factory(strict=False)
+    with pytest.warns(BackendWarning, match="250-character key limit"):
+        monitor.log({"ok": 1.0, "y" * 251: 2.0}, step=1)
+    monitor.flush()
+    assert read_rows(monitor.run, tracking_uri=mlflow_server.uri) == [("ok", 1, 1.0)]
+    assert run_of(monitor).undelivered == 1
+    assert monitor.failures == {"mlflow": 1}
+    with pytest.warns(BackendWarning, match="1 scalar"):
+        monitor.close()
+
+
+def test_identical_repeated_points_are_all_kept_in_logged_order(monitor_factory, mlflow_server):
+    monitor = monitor_factory()
+    for _ in range(3):
+        monitor.log({"loss": 0.5}, step=7)
+    monitor.write_events([("loss", 0.5, 7), ("loss", 0.5, 7), ("loss", 0.25, 2)])
+    monitor.flush()
+    assert read_rows(monitor.run, tracking_uri=mlflow_server.uri) == [
+        ("loss", 7, 0.5)] * 5 + [("loss", 2, 0.25)]
+    history = client_for(monitor.run, mlflow_server.uri).get_metric_history(
+        find_run(monitor.run, tracking_uri=mlflow_server.uri).info.run_id, "loss")
+    stamps = [m.timestamp for m in history]
+    assert stamps == sorted(set(stamps)), "timestamps must be distinct and increasing per tag"
+
+
+def test_infinities_are_stored_as_mlflow_stores_them_and_restored_on_read(
+    monitor_factory, mlflow_server
+):
+    monitor = monitor_factory()
+    monitor.log({"up": math.inf, "down": -math.inf, "nan": math.nan}, step=0)
+    monitor.flush()
+    stored = find_run(monitor.run, tracking_uri=mlflow_server.uri).data.metrics
+    assert stored["up"] == sys.float_info.max and stored["down"] == -sys.float_info.max
+    values = {t: v for t, _, v in read_rows(monitor.run, tracking_uri=mlflow_server.uri)}
+    assert values["up"] == math.inf and values["down"] == -math.inf and math.isnan(values["nan"])
+
+
+def test_config_is_stored_as_params_and_read_back(monitor_factory, mlflow_server):
+    config = {"lr": 3e-4, "layers": [64, 64], "optimizer": {"name": "adam", "betas": [0.9, 0.99]},
+              "seed": None, "flag": True, "note": "n" * 7000, "odd key!": 1, "big": 2**70}
+    monitor = monitor_factory(config=config)
+    monitor.log_config({"epochs": 3, "lr": 1e-3})
+    monitor.close()
+    found = find_run(monitor.run, tracking_uri=mlflow_server.uri)
+    params = found.data.params
+    assert params["lr"] == "0.0003"  # params cannot change: the first value stays
+    assert found.data.tags["mlflow_monitor.config.lr"] == "0.001"
+    assert params["layers"] == "[64, 64]"
+    assert params["optimizer.name"] == "adam" and params["optimizer.betas"] == "[0.9, 0.99]"
+    assert params["seed"] == "null" and params["flag"] == "True"
+    assert params["note"] == "n" * 6000  # MLflow's 6,000-character limit
+    assert params[escape_key("odd key!")] == "1" and params["big"] == str(2**70)
+    assert read_config(monitor.run, tracking_uri=mlflow_server.uri) == {
+        key: param_value(value) for key, value in monitor.run.config.items()
+    }
+    assert read_config(monitor.run, tracking_uri=mlflow_server.uri)["lr"] == "0.001"
+    assert found.info.status == "FINISHED"
+
+
+def test_no_config_reads_back_empty(monitor_factory, mlflow_server):
+    monitor = monitor_factory()
+    monitor.close()
+    assert read_config(monitor.run, tracking_uri=mlflow_server.uri) == {}
+
+
+# Batching -------------------------------------------------------------------------------------
+
+
+def test_rows_wait_in_the_buffer_until_a_threshold_or_flush(monitor_factory, mlflow_server):
+    monitor = monitor_factory(mlflow={"batch_size": 16, "flush_secs": 3600})
+    monitor.log({f"t{j}": 1.0 for j in range(8)}, step=0)
+    assert read_rows(monitor.run, tracking_uri=mlflow_server.uri) == []
+    monitor.log({f"t{j}": 2.0 for j in range(8)}, step=1)  # 16 buffered: sent
+    assert len(read_rows(monitor.run, tracking_uri=mlflow_server.uri)) == 16
+    monitor.log({"t0": 3.0}, step=2)
+    assert len(read_rows(monitor.run, tracking_uri=mlflow_server.uri)) == 16
+    monitor.flush()
+    assert len(read_rows(monitor.run, tracking_uri=mlflow_server.uri)) == 17
+
+
+def test_flush_secs_zero_sends_every_log_call(monitor_factory, mlflow_server):
+    monitor = monitor_factory(mlflow={"flush_secs": 0})
+    monitor.log({"loss": 1.0}, step=0)
+    assert read_rows(monitor.run, tracking_uri=mlflow_server.uri) == [("loss", 0, 1.0)]
+
+
+def test_a_write_of_more_than_a_batch_is_split_into_requests(monitor_factory, mlflow_server):
+    monitor = monitor_factory(mlflow={"batch_size": 7})
+    monitor.log({f"m{j}": float(j) for j in range(50)}, step=4)
+    monitor.flush()
+    assert sorted(read_rows(monitor.run, tracking_uri=mlflow_server.uri)) == sorted(
+        (f"m{j}", 4, float(j)) for j in range(50))
+
+
+# Runs, experiments, ranks, the user's own MLflow use -----------------------------------------
+
+
+def test_default_store_is_sqlite_under_log_dir_and_nothing_is_written_elsewhere(
+    tmp_path, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    monitor = Monitor(["mlflow"], project="local", name="r", log_dir=tmp_path / "logs",
+                      config={"lr": 0.1}, strict=True)
+    monitor.log({"loss": 0.5}, step=2)
+    monitor.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["env", "logs"]
+    assert sorted(p.name for p in (tmp_path / "logs").iterdir()) == ["mlflow"]
+    assert run_of_uri(monitor) == local_store_uri(tmp_path / "logs")
+    assert read_rows(monitor.run) == [("loss", 2, 0.5)]
+    assert read_config(monitor.run) == {"lr": "0.1"}
+    experiment = client_for(monitor.run).get_experiment_by_name("local")
+    assert experiment.artifact_location.endswith("logs/mlflow/artifacts")
+
+
+def run_of_uri(monitor: Monitor) -> str:
+    return run_of(monitor).tracking_uri
+
+
+def test_experiment_option_and_run_tags(monitor_factory, mlflow_server):
+    monitor = monitor_factory(mlflow={"experiment": "elsewhere", "tags": {"team": "vision",
+                                                                          "try": 2}})
+    monitor.log({"loss": 1.0}, step=0)
+    monitor.close()
+    found = find_run(monitor.run, tracking_uri=mlflow_server.uri, experiment="elsewhere")
+    assert found.data.tags["team"] == "vision" and found.data.tags["try"] == "2"
+    assert found.info.run_name == monitor.run.name
+    with pytest.raises(LookupError):
+        find_run(monitor.run, tracking_uri=mlflow_server.uri)  # not in the project's experiment
+
+
+def test_run_id_resumes_a_run(monitor_factory, mlflow_server):
+    first = monitor_factory(config={"lr": 0.1})
+    first.log({"loss": 1.0}, step=0)
+    first.close()
+    run_id = find_run(first.run, tracking_uri=mlflow_server.uri).info.run_id
+    again = monitor_factory(name=first.run.name, config={"lr": 0.1, "epochs": 2},
+                            mlflow={"run_id": run_id})
+    again.log({"loss": 0.5}, step=1)
+    again.close()
+    assert read_rows(again.run, tracking_uri=mlflow_server.uri, run_id=run_id) == [
+        ("loss", 0, 1.0), ("loss", 1, 0.5)]
+    assert read_config(again.run, tracking_uri=mlflow_server.uri, run_id=run_id) == {
+        "lr": "0.1", "epochs": "2"}
+
+
+def test_a_rank_above_zero_logs_its_own_run(monitor_factory, mlflow_server, monkeypatch):
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monitor = monitor_factory(rank_zero_only=False)
+    monitor.log({"loss": 1.0}, step=4)
+    monitor.close()
+    found = find_run(monitor.run, tracking_uri=mlflow_server.uri)
+    assert found.info.run_name == f"{monitor.run.name}-rank1"
+    assert read_rows(monitor.run, tracking_uri=mlflow_server.uri) == [("loss", 4, 1.0)]
+
+
+def test_the_users_own_active_run_is_left_alone(tmp_path, monkeypatch, sqlite_uri):
+    import mlflow
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", sqlite_uri)  # also the monitor's store
+    with mlflow.start_run(run_name="users-own") as mine:
+        mlflow.log_metric("user", 1.0, step=0)
+        monitor = Monitor(["mlflow"], project="fluent", name="monitor-run",
+                          log_dir=tmp_path / "logs", strict=True)
+        monitor.log({"loss": 1.0}, step=5)
+        monitor.close()
+        assert mlflow.active_run().info.run_id == mine.info.run_id
+        mlflow.log_metric("user", 2.0, step=1)
+    client = mlflow.MlflowClient(sqlite_uri)
+    assert [m.value for m in client.get_metric_history(mine.info.run_id, "user")] == [1.0, 2.0]
+    assert "loss" not in client.get_run(mine.info.run_id).data.metrics
+    assert read_rows(monitor.run) == [("loss", 5, 1.0)]
+    assert not (tmp_path / "logs").exists()  # the URI the user set wins over log_dir
+
+
+# Options --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("options", "words"),
+    [
+        ({"tracking_uri": 5}, ["tracking_uri", "5"]),
+        ({"experiment": ""}, ["experiment", "''"]),
+        ({"tags": ["a"]}, ["tags", "mapping"]),
+        ({"tags": {"a//b": "x"}}, ["tags", "'a//b'"]),
+        ({"request_timeout": 0}, ["request_timeout", "0"]),
+        ({"request_timeout": True}, ["request_timeout", "True"]),
+        ({"max_retries": 11}, ["max_retries", "11", "0 to 10"]),
+        ({"batch_size": 1001}, ["batch_size", "1001", "1 to 1000"]),
+        ({"flush_secs": -1}, ["flush_secs", "-1"]),
+        ({"flush_secs": math.nan}, ["flush_secs", "nan"]),
+    ],
+)
+def test_bad_option_values_raise_config_error_naming_them(options, words, tmp_path):
+    with pytest.raises(ConfigError) as raised:
+        Monitor(["mlflow"], project="p", log_dir=tmp_path, mlflow=options)
+    for word in words:
+        assert word in str(raised.value)
+
+
+def test_request_limits_apply_to_the_calling_thread_only(monkeypatch):
+    from mlflow.utils import rest_utils
+
+    MlflowMonitor.check_sdk()
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "77")
+    seen = {}
+
+    def other_thread() -> None:
+        seen["other"] = rest_utils.MLFLOW_HTTP_REQUEST_TIMEOUT.get()
+
+    with _compat.request_limits(1.5, 0):
+        assert rest_utils.MLFLOW_HTTP_REQUEST_TIMEOUT.get() == 1.5
+        assert rest_utils.MLFLOW_HTTP_REQUEST_MAX_RETRIES.get() == 0
+        assert rest_utils.MLFLOW_HTTP_RESPECT_RETRY_AFTER_HEADER.get() is False
+        thread = threading.Thread(target=other_thread)
+        thread.start()
+        thread.join()
+    assert seen["other"] == 77
+    assert rest_utils.MLFLOW_HTTP_REQUEST_TIMEOUT.get() == 77
+    assert _compat.request_time_bound(5.0, 2) == 17.0
+
+
+# A server that dies or hangs -------------------------------------------------------------------
+
+
+def test_server_killed_mid_run_then_restarted(tmp_path, mlflow_server):
+    import tensorboard_monitor
+
+    options = {"tracking_uri": mlflow_server.uri, **FAST_FAIL}
+    bound = _compat.request_time_bound(FAST_FAIL["request_timeout"], FAST_FAIL["max_retries"])
+    monitor = Monitor(["tensorboard", "mlflow"], project="outage", name="killed",
+                      log_dir=tmp_path / "logs", mlflow=options)
+    try:
+        for step in range(50):
+            monitor.log({"loss": 1 / (step + 1), "acc": step / 50}, step=step)
+        monitor.flush()
+        mlflow_server.stop(signal.SIGKILL)
+        with pytest.warns(BackendWarning, match="backend 'mlflow' failed") as reported:
+            for step in range(50, 100):
+                monitor.log({"loss": 1 / (step + 1), "acc": step / 50}, step=step)
+            monitor.flush()
+            for step in range(100, 150):
+                monitor.log({"loss": 1 / (step + 1), "acc": step / 50}, step=step)
+            began = time.monotonic()
+            monitor.close()
+            closing = time.monotonic() - began
+        failures = [w for w in reported if "failed" in str(w.message)]
+        assert len(failures) == 1, [str(w.message) for w in reported]
+        assert any("200 scalar(s)" in str(w.message) for w in reported)
+        assert run_of(monitor).undelivered == 200
+        assert monitor.failures == {"mlflow": 1}
+        assert closing < bound
+        tensorboard_rows = tensorboard_monitor.read_rows(
+            tensorboard_monitor.run_dir("outage", "killed", tmp_path / "logs"))
+        assert len(tensorboard_rows) == 300
+    finally:
+        mlflow_server.start()
+    assert len(read_rows(monitor.run, tracking_uri=mlflow_server.uri)) == 100  # before the kill
+    after = Monitor(["mlflow"], project="outage", name="after-restart",
+                    log_dir=tmp_path / "logs", mlflow=options, strict=True)
+    after.log({"loss": 0.5}, step=1)
+    after.close()
+    assert read_rows(after.run, tracking_uri=mlflow_server.uri) == [("loss", 1, 0.5)]
+
+
+def test_a_hung_server_delays_a_call_by_at_most_the_bound_and_close_returns(
+    tmp_path, mlflow_server
+):
+    bound = _compat.request_time_bound(FAST_FAIL["request_timeout"], FAST_FAIL["max_retries"])
+    monitor = Monitor(["mlflow"], project="outage", name="hung", log_dir=tmp_path / "logs",
+                      mlflow={"tracking_uri": mlflow_server.uri, **FAST_FAIL})
+    monitor.log({"loss": 1.0}, step=0)
+    mlflow_server.send(signal.SIGSTOP)
+    try:
+        began = time.monotonic()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            monitor.flush()
+            flushing = time.monotonic() - began
+            monitor.log({"loss": 2.0}, step=1)
+            began = time.monotonic()
+            monitor.close()
+            closing = time.monotonic() - began
+    finally:
+        mlflow_server.send(signal.SIGCONT)
+    assert monitor.failures == {"mlflow": 1}
+    reported = [str(w.message) for w in caught if issubclass(w.category, BackendWarning)]
+    assert len(reported) == 2, reported  # the failure, once; the undelivered count at close
+    assert "2 scalar(s)" in reported[1]
+    assert FAST_FAIL["request_timeout"] <= flushing < bound + 2.0  # + connection set-up slack
+    assert closing < 1.0
+    assert run_of(monitor).undelivered == 2
+
+
+def test_a_server_that_is_down_at_start_disables_only_this_backend(tmp_path):
+    dead = f"http://127.0.0.1:{free_port()}"
+    with pytest.warns(BackendWarning, match="backend 'mlflow' failed in start"):
+        monitor = Monitor(["tensorboard", "mlflow"], project="down", name="at-start",
+                          log_dir=tmp_path / "logs", mlflow={"tracking_uri": dead, **FAST_FAIL})
+    assert monitor.backends == ["tensorboard"]
+    monitor.log({"loss": 1.0}, step=0)
+    monitor.close()
+
+
+def test_the_acceptance_script_in_a_fresh_interpreter(tmp_path, mlflow_server):
+    """The issue's acceptance: a plain script logs to the running server; the data MLflow serves
+    matches, step for step."""
+    script = textwrap.dedent(
+        f"""
+        from core_monitor import Monitor
+        with Monitor(["mlflow"], project="acceptance", name="script", strict=True,
+                     mlflow={{"tracking_uri": {mlflow_server.uri!r}}}) as monitor:
+            for step in [*range(5), 3, *range(5, 300)]:
+                monitor.log({{"loss": 1 / (step + 1), "lr": step * 1e-4}}, step=step)
+        """
+    )
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=300, cwd=tmp_path)
+    steps = [*range(5), 3, *range(5, 300)]
+    rows = read_rows(RunInfo(project="acceptance", name="script"), tracking_uri=mlflow_server.uri)
+    assert [s for t, s, _ in rows if t == "loss"] == steps
+    assert [v for t, _, v in rows if t == "loss"] == [1 / (s + 1) for s in steps]
+    assert [v for t, _, v in rows if t == "lr"] == [s * 1e-4 for s in steps]
