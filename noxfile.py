@@ -1,7 +1,8 @@
 """Sessions that build the distributions into wheels, install them for real and run them.
 
     nox -s tests      every test, against wheels installed into a fresh venv (the CI command)
-    nox -s demo       a real training loop logging to trackio, tensorboard and wandb (offline)
+    nox -s demo       a real training loop logging to trackio, tensorboard, wandb (offline) and
+                      mlflow (a local SQLite store)
     nox -s lint       ruff
     nox -s bench      benchmarks B1-B6 (prints ratios, writes benchmarks/results/)
     nox -s "plugin(name='trackio')"   one plugin's wheel next to the core, its tests and the kit
@@ -24,6 +25,7 @@ PLUGINS = {
     "trackio": ROOT / "plugins" / "trackio_monitor",
     "tensorboard": ROOT / "plugins" / "tensorboard_monitor",
     "wandb": ROOT / "plugins" / "wandb_monitor",
+    "mlflow": ROOT / "plugins" / "mlflow_monitor",
 }
 FIXTURES = sorted(p for p in (ROOT / "tests" / "fixtures").iterdir() if p.is_dir())
 TEST_DEPS = ["pytest>=8", "pytest-timeout", "numpy", "uv"]
@@ -34,6 +36,7 @@ OFFLINE = {
     "HF_HUB_OFFLINE": "1",
     "GRADIO_ANALYTICS_ENABLED": "False",
     "DO_NOT_TRACK": "1",
+    "MLFLOW_DISABLE_TELEMETRY": "true",
 }
 
 nox.options.default_venv_backend = "uv|virtualenv"
@@ -86,7 +89,8 @@ def tests(session: nox.Session) -> None:
 
 @nox.session
 def demo(session: nox.Session) -> None:
-    """Train on scikit-learn's digits logging to trackio, tensorboard and wandb (offline), then
+    """Train on scikit-learn's digits logging to trackio, tensorboard, wandb (offline) and mlflow
+    (a local SQLite store, no server), then
     read every backend's storage back and check they agree. Extra arguments go to the example,
     e.g. `nox -s demo -- --steps 500`. Output: ./demo-runs (replaced on each run)."""
     wheels = build_wheels(session, [CORE, *PLUGINS.values()])
@@ -99,7 +103,7 @@ def demo(session: nox.Session) -> None:
     record = log_dir / "logged.json"
     session.run("monitors", "list", "--check", env=env)
     session.run("python", str(ROOT / "examples" / "train_digits.py"),
-                "--backends", "trackio,tensorboard,wandb", "--log-dir", str(log_dir),
+                "--backends", "trackio,tensorboard,wandb,mlflow", "--log-dir", str(log_dir),
                 "--project", "digits", "--name", "demo", "--record", str(record),
                 *session.posargs, env=env)
     session.run("python", str(ROOT / "examples" / "readback.py"), "--record", str(record),

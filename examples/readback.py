@@ -4,7 +4,8 @@
     python examples/readback.py --record logged.json    # written by train_digits.py --record
 
 Each backend is read through its plugin's read-back helper (Trackio's SQLite database,
-TensorBoard's ``EventAccumulator``, wandb's offline ``.wandb`` file), never through the core.
+TensorBoard's ``EventAccumulator``, wandb's offline ``.wandb`` file, MLflow's
+``MlflowClient.get_metric_history``), never through the core.
 Prints, per backend, its tags, how many steps it holds and the last ``val/accuracy``; then
 whether every backend holds the same (tag, step) points with the same values: exactly for
 float64 backends, after rounding to float32 for TensorBoard. With ``--record`` (written by
@@ -46,7 +47,16 @@ def read_wandb(log_dir: str, project: str, name: str) -> Rows:
     return wandb_monitor.read_rows(runs[-1])  # the latest run of that name
 
 
-READERS = {"trackio": read_trackio, "tensorboard": read_tensorboard, "wandb": read_wandb}
+def read_mlflow(log_dir: str, project: str, name: str) -> Rows:
+    import mlflow_monitor
+    from core_monitor import RunInfo
+
+    # The store train_digits.py used: MLFLOW_TRACKING_URI if set, else <log_dir>/mlflow/mlflow.db.
+    return mlflow_monitor.read_rows(RunInfo(project=project, name=name, log_dir=Path(log_dir)))
+
+
+READERS = {"trackio": read_trackio, "tensorboard": read_tensorboard, "wandb": read_wandb,
+           "mlflow": read_mlflow}
 FLOAT32 = {"tensorboard"}  # backends storing float32 (the others store float64 exactly)
 
 
@@ -89,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--log-dir", default=None, help="default: the record's, else runs")
     p.add_argument("--project", default=None, help="default: the record's, else digits")
     p.add_argument("--name", default=None, help="the run name (default: the record's)")
-    p.add_argument("--backends", default=None, help="default: the record's, else all three")
+    p.add_argument("--backends", default=None, help="default: the record's, else all four")
     p.add_argument("--json", action="store_true", help="print rows and verdict as JSON")
     args = p.parse_args(argv)
 

@@ -3,6 +3,7 @@
     pip install core-monitor trackio-monitor scikit-learn
     python examples/train_digits.py                                   # Trackio, into ./runs
     python examples/train_digits.py --backends trackio,tensorboard,wandb --steps 300
+    python examples/train_digits.py --backends mlflow   # MLflow's SQLite store under ./runs/mlflow
 
 The data ships inside scikit-learn (no download). Every step logs ``train/loss``,
 ``train/accuracy`` and ``lr``; every ``--eval-every`` steps also ``val/loss`` and
@@ -114,6 +115,8 @@ def main(argv: list[str] | None = None) -> None:
                        f"    tensorboard --logdir {root}/{run.project}",
         "wandb": f"{root}/wandb/offline-run-*/\n    wandb sync {root}/wandb/offline-run-*"
                  if os.environ["WANDB_MODE"] == "offline" else f"{root}/wandb/ (and wandb.ai)",
+        "mlflow": f"sqlite:///{root}/mlflow/mlflow.db (unless MLFLOW_TRACKING_URI is set)\n"
+                  f"    mlflow ui --backend-store-uri sqlite:///{root}/mlflow/mlflow.db",
     }
     print(f"\nrun {run.project}/{run.name}: {args.steps} steps logged to {', '.join(backends)}")
     for name in backends:

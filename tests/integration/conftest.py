@@ -1,6 +1,6 @@
 """Wheels installed into clean venvs, driven through subprocesses, exactly as a user would.
 
-The distributions (core, three plugins, the test backends of ``tests/fixtures``) are taken from
+The distributions (core, the plugins, the test backends of ``tests/fixtures``) are taken from
 ``MONITORS_WHEELS`` (an ``os.pathsep``-separated list of wheel paths; ``nox -s tests`` sets it)
 or, when it is unset, built here with ``uv build --wheel``. Venvs are made with ``uv venv`` and
 filled with ``uv pip install --python <venv python>``: no editable install, no ``PYTHONPATH``.
@@ -29,10 +29,11 @@ SOURCES = {
     "trackio-monitor": ROOT / "plugins" / "trackio_monitor",
     "tensorboard-monitor": ROOT / "plugins" / "tensorboard_monitor",
     "wandb-monitor": ROOT / "plugins" / "wandb_monitor",
+    "mlflow-monitor": ROOT / "plugins" / "mlflow_monitor",
     "jsonl-monitor": ROOT / "tests" / "fixtures" / "jsonl_monitor",
     "broken-monitor": ROOT / "tests" / "fixtures" / "broken_monitor",
 }
-PLUGINS = ("trackio-monitor", "tensorboard-monitor", "wandb-monitor")
+PLUGINS = ("trackio-monitor", "tensorboard-monitor", "wandb-monitor", "mlflow-monitor")
 # The SDKs' folders (as in tests/conftest.py), set under a temporary folder for each command.
 SDK_FOLDERS = (
     "WANDB_DIR", "WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR", "WANDB_ARTIFACT_DIR",
@@ -170,7 +171,7 @@ def make_venv(path: Path, *requirements: str | Path) -> Venv:
 
 @pytest.fixture(scope="session")
 def full_venv(tmp_path_factory: pytest.TempPathFactory, wheels: dict[str, Path]) -> Venv:
-    """core-monitor, the three plugins (with their SDKs) and scikit-learn for the example."""
+    """core-monitor, the four plugins (with their SDKs) and scikit-learn for the example."""
     path = tmp_path_factory.mktemp("venvs") / "full"
     return make_venv(path, wheels["core-monitor"], *(wheels[d] for d in PLUGINS), "scikit-learn")
 

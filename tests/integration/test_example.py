@@ -1,4 +1,4 @@
-"""``examples/train_digits.py`` logging to all three backends, read back from each one's storage.
+"""``examples/train_digits.py`` logging to all four backends, read back from each one's storage.
 
 The example runs in the venv built from wheels, as a user runs it; ``examples/readback.py`` reads
 every backend's own files through the plugins' read-back helpers and prints them as JSON. Each
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 STEPS = 30
-BACKENDS = ("trackio", "tensorboard", "wandb")
+BACKENDS = ("trackio", "tensorboard", "wandb", "mlflow")
 
 
 def train(venv: Venv, cwd: Path, record: Path, *, backends: str, name: str,
@@ -35,7 +35,7 @@ def train(venv: Venv, cwd: Path, record: Path, *, backends: str, name: str,
 
 @pytest.fixture(scope="module")
 def trained(full_venv: Venv, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
-    """One 30-step run of the example to all three backends; its folder and its record."""
+    """One 30-step run of the example to all four backends; its folder and its record."""
     cwd = tmp_path_factory.mktemp("example")
     record = train(full_venv, cwd, cwd / "logged.json", backends=",".join(BACKENDS), name="it-1",
                    sdk_root=cwd / "env")

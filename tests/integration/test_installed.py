@@ -1,4 +1,4 @@
-"""The three first-party plugins installed from wheels, seen through the ``monitors`` CLI."""
+"""The first-party plugins installed from wheels, seen through the ``monitors`` CLI."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ if TYPE_CHECKING:
     from conftest import Venv
 
 FIRST_PARTY = {"trackio": "trackio-monitor", "tensorboard": "tensorboard-monitor",
-               "wandb": "wandb-monitor"}
+               "wandb": "wandb-monitor", "mlflow": "mlflow-monitor"}
 
 
 def test_monitors_list_json_names_each_plugin_with_distribution_and_version(
