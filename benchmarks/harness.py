@@ -35,10 +35,11 @@ OFFLINE_ENV = {
     "TRANSFORMERS_OFFLINE": "1",
     "GRADIO_ANALYTICS_ENABLED": "False",
     "DO_NOT_TRACK": "1",
+    "MLFLOW_DISABLE_TELEMETRY": "true",
 }
 #: Environment variables that would change what a Monitor does.
 DROP_ENV = ("WANDB_API_KEY", "HF_TOKEN", "RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS",
-            "EXPERIMENT_MONITORS_DISABLE")
+            "EXPERIMENT_MONITORS_DISABLE", "MLFLOW_TRACKING_URI")
 
 BACKENDS = ("trackio", "tensorboard", "wandb")
 

@@ -48,7 +48,7 @@ def main_rows(results: dict[str, Any]) -> tuple[list[list[str]], list[str]]:
         if ok is False:
             missed.append(f"{bench} {figure}")
 
-    for backend in ("tensorboard", "trackio", "wandb"):
+    for backend in ("tensorboard", "trackio", "wandb", "mlflow"):
         r = results.get(f"B1-{backend}")
         if not r or "error" in r:
             continue

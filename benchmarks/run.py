@@ -37,6 +37,7 @@ JOBS: list[tuple[str, tuple[str, ...]]] = [
     ("B4", BACKENDS),
     ("profile", ("tensorboard",)),
     *((f"B1-{b}", (b,)) for b in ("tensorboard", "trackio", "wandb")),
+    ("B1-mlflow", ("mlflow",)),
     ("B2", ("tensorboard",)),
     *((f"B5-{b}{arm}", (b,)) for b in ("tensorboard", "trackio", "wandb")
       for arm in ("", "-direct")),
@@ -44,7 +45,8 @@ JOBS: list[tuple[str, tuple[str, ...]]] = [
 ]
 JOB_TIMEOUT = 300
 PACKAGES = ("core-monitor", "trackio-monitor", "tensorboard-monitor", "wandb-monitor",
-            "trackio", "tensorboard", "wandb", "tensorboardX", "pluggy", "protobuf")
+            "trackio", "tensorboard", "wandb", "tensorboardX", "pluggy", "protobuf",
+            "mlflow-monitor", "mlflow")
 
 
 # Worker side -----------------------------------------------------------------------------------
@@ -68,6 +70,10 @@ def worker(job: str, quick: bool, root: Path) -> dict[str, Any]:
 
         backend, _, direct = job[3:].partition("-")
         return b5_memory.run_backend(backend, quick, root, direct=bool(direct))
+    if job == "B1-mlflow":
+        import b1_mlflow
+
+        return b1_mlflow.run(quick, root)
     if job.startswith("B1-"):
         import b1_dispatch
 
@@ -137,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         args.result.write_text(json.dumps(data, indent=1))
         return 0
 
-    backends = set(args.backends.split(",")) if args.backends else set(BACKENDS)
+    backends = set(args.backends.split(",")) if args.backends else {*BACKENDS, "mlflow"}
     only = args.only.split(",") if args.only else None
     jobs = [job for job, needs in JOBS
             if set(needs) <= backends
