@@ -31,9 +31,10 @@ _runs = count()
 
 
 def run(quick: bool, root: Path) -> dict[str, Any]:
-    import mlflow_monitor
     from mlflow import MlflowClient
     from mlflow.entities import Metric
+
+    import mlflow_monitor
 
     steps = 2_000 if quick else 10_000
     reps = 3 if quick else 5
