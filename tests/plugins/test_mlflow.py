@@ -473,11 +473,30 @@ def test_request_limits_apply_to_the_calling_thread_only(monkeypatch):
     assert _compat.request_time_bound(5.0, 2) == 17.0
 
 
+def test_an_mlflow_of_another_shape_fails_loudly_naming_the_supported_versions():
+    code = textwrap.dedent(
+        """
+        from mlflow.utils import rest_utils
+        del rest_utils.MLFLOW_HTTP_REQUEST_TIMEOUT  # as if MLflow had renamed it
+        from core_monitor import BackendLoadError
+        from mlflow_monitor import MlflowMonitor
+        try:
+            MlflowMonitor.check_sdk()
+        except BackendLoadError as error:
+            print(error)
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, check=True)
+    assert "MLFLOW_HTTP_REQUEST_TIMEOUT" in done.stdout
+    assert _compat.SUPPORTED in done.stdout and "mlflow-monitor" in done.stdout
+
+
 # A server that dies or hangs -------------------------------------------------------------------
 
 
 def test_server_killed_mid_run_then_restarted(tmp_path, mlflow_server):
-    import tensorboard_monitor
+    tensorboard_monitor = pytest.importorskip("tensorboard_monitor")  # the other backend
 
     options = {"tracking_uri": mlflow_server.uri, **FAST_FAIL}
     bound = _compat.request_time_bound(FAST_FAIL["request_timeout"], FAST_FAIL["max_retries"])

@@ -125,7 +125,7 @@ class MlflowMonitor:
     ) -> None:
         _check_options(tracking_uri, experiment, tags, run_id, request_timeout, max_retries,
                        batch_size, flush_secs)
-        mlflow = self.check_sdk()
+        mlflow = _compat.check()
         from mlflow.entities import Metric, Param, RunTag
 
         self._Metric, self._Param, self._RunTag = Metric, Param, RunTag
@@ -170,14 +170,15 @@ class MlflowMonitor:
             self._send_config(run.config)
 
     @classmethod
-    def check_sdk(cls) -> Any:
-        """Import MLflow and check the internals this plugin relies on; return ``mlflow``.
+    def check_sdk(cls) -> None:
+        """Import MLflow and check the internals this plugin relies on (``monitors list
+        --check`` calls it).
 
         Raises:
             ImportError: MLflow is not installed.
             core_monitor.BackendLoadError: an unsupported MLflow version (names the range).
         """
-        return _compat.check()
+        _compat.check()
 
     def _limits(self) -> Any:
         return _compat.request_limits(self.request_timeout, self.max_retries)
