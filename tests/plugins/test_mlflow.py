@@ -21,12 +21,13 @@ import time
 import urllib.request
 import warnings
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
 pytest.importorskip("mlflow_monitor")
 
-from core_monitor import BackendWarning, ConfigError, Monitor, RunInfo
+from core_monitor import BackendWarning, ConfigError, Monitor, RunInfo, hookimpl
 from core_monitor.testing import MonitorContract
 from mlflow_monitor import (
     ESCAPE,
@@ -565,14 +566,33 @@ def test_a_hung_server_delays_a_call_by_at_most_the_bound_and_close_returns(
     assert run_of(monitor).undelivered == 2
 
 
+class MemoryBackend:
+    """A backend written for these tests: keeps ``(tag, step, value)`` in a class-level list."""
+
+    name = "memory"
+    rows: ClassVar[list[tuple[str, int, float]]] = []
+
+    def __init__(self, run: RunInfo) -> None:
+        self.run = run
+
+    @hookimpl
+    def monitor_write(self, events) -> None:
+        self.rows.extend((e.tag, e.step, e.value) for e in events)
+
+
 def test_a_server_that_is_down_at_start_disables_only_this_backend(tmp_path):
     dead = f"http://127.0.0.1:{free_port()}"
+    MemoryBackend.rows.clear()
+    began = time.monotonic()
     with pytest.warns(BackendWarning, match="backend 'mlflow' failed in start"):
-        monitor = Monitor(["tensorboard", "mlflow"], project="down", name="at-start",
+        monitor = Monitor([MemoryBackend, "mlflow"], project="down", name="at-start",
                           log_dir=tmp_path / "logs", mlflow={"tracking_uri": dead, **FAST_FAIL})
-    assert monitor.backends == ["tensorboard"]
+    starting = time.monotonic() - began
+    assert monitor.backends == ["memory"]
     monitor.log({"loss": 1.0}, step=0)
     monitor.close()
+    assert MemoryBackend.rows == [("loss", 0, 1.0)]
+    assert starting < 60  # MLflow's own limits would retry for about four minutes
 
 
 def test_the_acceptance_script_in_a_fresh_interpreter(tmp_path, mlflow_server):
