@@ -201,11 +201,12 @@ def test_broken_plugin_raises_backend_load_error_naming_distribution_version_and
     assert isinstance(error.__cause__, ModuleNotFoundError)
 
 
-def test_backend_load_error_name_is_the_backend_name():
-    """``BackendLoadError.name`` is documented as the backend name."""
+def test_backend_load_error_backend_is_the_backend_name():
+    """``BackendLoadError.backend`` is the backend name; ``ImportError.name`` is left alone."""
     with pytest.raises(BackendLoadError) as info:
         Monitor(["broken"], project="c7")
-    assert info.value.name == "broken"
+    assert info.value.backend == "broken"
+    assert info.value.name is None
 
 
 def test_other_backends_still_log_after_a_plugin_failed_to_load(tmp_path, monitors):

@@ -20,7 +20,7 @@ try:
     Monitor(["trackio"], project="p", name="r", log_dir="runs")
 except BackendLoadError as error:
     print(json.dumps({"raised": type(error).__name__, "message": str(error),
-                      "name": error.name, "distribution": error.distribution,
+                      "backend": error.backend, "distribution": error.distribution,
                       "missing": error.missing}))
 else:
     print(json.dumps({"raised": None}))
@@ -51,7 +51,7 @@ def test_c5_selecting_a_backend_whose_sdk_is_missing_raises_backend_load_error(
     venv = trackio_plugin_without_sdk
     result = venv.python_json(SELECT_TRACKIO, cwd=tmp_path)
     assert result["raised"] == "BackendLoadError"
-    assert result["name"] == "trackio"
+    assert result["backend"] == "trackio"
     assert result["distribution"] == "trackio-monitor"
     assert result["missing"] == "trackio"
     assert "pip install trackio" in result["message"]

@@ -36,20 +36,29 @@ class UnknownBackendError(ConfigError):
 
 
 class BackendLoadError(ImportError):
-    """A selected backend's plugin module, or the SDK it needs, failed to import.
+    """A selected backend's plugin module, or the SDK it needs, failed to import, or the SDK
+    lacks what the plugin relies on (a plugin's capability check).
+
+    Constructed as ``BackendLoadError(backend, distribution, version, target, error)``.
 
     Attributes:
-        name: the backend name.
+        backend: the backend name, e.g. ``"trackio"``.
         distribution: the distribution that declares it, e.g. ``"trackio-monitor"``.
         version: that distribution's version.
+        target: the entry point's value, ``"module:Class"``.
         missing: the module that could not be found (``ModuleNotFoundError.name``), or ``None``.
+
+    ``name`` and ``path`` keep their ``ImportError`` meaning (unset here); the backend name is
+    ``backend``.
     """
 
     def __init__(
-        self, name: str, distribution: str, version: str, target: str, error: BaseException
+        self, backend: str, distribution: str, version: str, target: str, error: BaseException
     ) -> None:
+        self.backend = backend
         self.distribution = distribution
         self.version = version
+        self.target = target
         self.missing = getattr(error, "name", None) if isinstance(error, ImportError) else None
         if self.missing:
             fix = (
@@ -59,12 +68,9 @@ class BackendLoadError(ImportError):
         else:
             fix = f"the plugin is broken; reinstall or upgrade it: `pip install -U {distribution}`"
         super().__init__(
-            f"backend {name!r} ({distribution} {version}, {target}) could not be loaded: "
+            f"backend {backend!r} ({distribution} {version}, {target}) could not be loaded: "
             f"{type(error).__name__}: {error}. Fix: {fix}."
         )
-        # After ImportError.__init__, which resets .name (there: a module name) to None.
-        self.name = name
-
 
 
 class BackendWarning(RuntimeWarning):

@@ -3,7 +3,7 @@
 A backend is a class registered under the entry-point group ``experiment_monitors``. The core
 constructs it as ``Backend(run: RunInfo, **options)``, registers the instance on a pluggy
 ``PluginManager`` and calls its hooks by keyword, one backend at a time (so that one failing
-backend never stops the others; see ``core_monitor.monitor``). Every hook is optional.
+backend never stops the others; see ``core_monitor.dispatch``). Every hook is optional.
 """
 
 from __future__ import annotations
