@@ -113,6 +113,21 @@ def test_list_check_table_shows_the_error_and_exits_1():
     assert "experiment_monitors_missing_sdk" in broken_row
 
 
+def test_list_check_reports_a_failing_check_sdk_as_an_error():
+    """A plugin that imports but whose SDK changed shape: only --check finds it, via check_sdk."""
+    plain = json_rows(monitors("list", "--json"))
+    assert plain["stale", "stale-monitor"]["status"] == "installed"
+    proc = monitors("list", "--check", "--json")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    stale = json_rows(proc)["stale", "stale-monitor"]["status"]
+    assert stale.startswith("error")
+    assert "stale-monitor 0.0.1" in stale
+    assert "supports fake_sdk>=1,<2" in stale
+    only_stale = ",".join(name for name in installed_backends() if name != "stale")
+    proc = monitors("list", "--check", "--json", env={**os.environ, DISABLE_ENV: only_stale})
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+
+
 def test_list_check_exits_0_when_every_listed_backend_loads():
     """With all but jsonl disabled nothing is broken, so --check succeeds."""
     others = ",".join(name for name in installed_backends() if name != "jsonl")

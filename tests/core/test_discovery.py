@@ -18,7 +18,14 @@ from _imports import imported, modules_after
 from jsonl_monitor import read_rows
 
 from core_monitor import BackendLoadError, ConfigError, Monitor, UnknownBackendError
-from core_monitor.discovery import DISABLE_ENV, GROUP, find_backend, installed_backends
+from core_monitor.discovery import (
+    DISABLE_ENV,
+    GROUP,
+    check_backend,
+    find_backend,
+    installed_backends,
+    load_backend,
+)
 
 PLUGIN_MODULES = ("jsonl_monitor", "twin_monitor", "broken_monitor")
 
@@ -199,6 +206,19 @@ def test_broken_plugin_raises_backend_load_error_naming_distribution_version_and
     assert "experiment_monitors_missing_sdk" in message
     assert "pip install" in message
     assert isinstance(error.__cause__, ModuleNotFoundError)
+
+
+def test_check_backend_runs_check_sdk_and_names_the_plugin():
+    (info,) = installed_backends()["stale"]
+    assert load_backend(info).__name__ == "StaleMonitor"  # loading alone succeeds
+    with pytest.raises(BackendLoadError) as raised:
+        check_backend(info)
+    error = raised.value
+    assert (error.backend, error.distribution, error.version) == ("stale", "stale-monitor", "0.0.1")
+    assert "supports fake_sdk>=1,<2" in str(error)
+    assert isinstance(error.__cause__, ImportError)
+    (jsonl,) = installed_backends()["jsonl"]
+    assert check_backend(jsonl).__name__ == "JsonlMonitor"  # no check_sdk: loading is the check
 
 
 def test_backend_load_error_backend_is_the_backend_name():

@@ -330,6 +330,47 @@ def test_a_backend_with_a_misspelt_hook_is_reported_and_the_others_run(make):
     assert [e.step for e in Recorder.instances[0].events] == [3]
 
 
+def backend_with_hook_option(option: str) -> type:
+    """A backend whose monitor_write is declared with ``hookimpl(<option>=True)``."""
+
+    class Ordered:
+        name = "ordered"
+
+        def __init__(self, run):
+            self.events = []
+
+        if option in ("wrapper", "hookwrapper"):  # pluggy wants wrappers to be generators
+
+            @hookimpl(**{option: True})
+            def monitor_write(self, events):
+                self.events.extend(events)
+                yield
+        else:
+
+            @hookimpl(**{option: True})
+            def monitor_write(self, events):
+                self.events.extend(events)
+
+    return Ordered
+
+
+@pytest.mark.parametrize("option", ["wrapper", "hookwrapper", "tryfirst", "trylast"])
+def test_a_hook_option_the_core_cannot_honour_sets_the_backend_aside(make, option):
+    with pytest.warns(BackendWarning, match=f"'ordered' failed in start.*{option}=True"):
+        monitor = make([backend_with_hook_option(option), Recorder])
+    assert monitor.backends == ["recorder"]
+    assert monitor.failures == {"ordered": 1}
+    monitor.log({"loss": 1.0}, step=3)
+    assert [e.step for e in Recorder.instances[0].events] == [3]
+
+
+@pytest.mark.parametrize("option", ["wrapper", "tryfirst"])
+def test_a_hook_option_the_core_cannot_honour_raises_in_strict_mode(make, option):
+    with pytest.raises(Exception, match=f"backend 'ordered': monitor_write .*{option}=True"):
+        make([Recorder, backend_with_hook_option(option)], strict=True)
+    assert Recorder.instances[0].calls == ["flush", "close"]
+
+
 def test_a_backend_with_a_wrong_hook_signature_fails_in_strict_mode(make):
     class WrongArgs:
         name = "wrongargs"
