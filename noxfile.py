@@ -53,6 +53,14 @@ def build_wheels(session: nox.Session, folders: list[Path]) -> list[str]:
     return sorted(str(w) for w in out.glob("*.whl"))
 
 
+def install_wheels(session: nox.Session, wheels: list[str], *requirements: str) -> None:
+    """Install ``wheels`` and ``requirements``; our wheels always replace an installed copy, so
+    a reused venv (``nox -R``) runs the code of this checkout, not of an earlier build."""
+    session.install(*wheels, *requirements)
+    force = "--reinstall" if session.venv_backend == "uv" else "--force-reinstall"
+    session.install(force, "--no-deps", *wheels)
+
+
 def offline_env(session: nox.Session) -> dict[str, str]:
     home = Path(session.create_tmp()) / "home"
     env = dict(OFFLINE)
@@ -68,7 +76,7 @@ def offline_env(session: nox.Session) -> dict[str, str]:
 def tests(session: nox.Session) -> None:
     """Build and install all wheels (core, plugins, test backends); run the whole test suite."""
     wheels = build_wheels(session, [CORE, *PLUGINS.values(), *FIXTURES])
-    session.install(*wheels, *TEST_DEPS)
+    install_wheels(session, wheels, *TEST_DEPS)
     session.run("monitors", "list", "--json")
     session.run(
         "pytest", "--timeout=600", *(session.posargs or ["tests"]),
@@ -82,7 +90,7 @@ def demo(session: nox.Session) -> None:
     read every backend's storage back and check they agree. Extra arguments go to the example,
     e.g. `nox -s demo -- --steps 500`. Output: ./demo-runs (replaced on each run)."""
     wheels = build_wheels(session, [CORE, *PLUGINS.values()])
-    session.install(*wheels, "scikit-learn")
+    install_wheels(session, wheels, "scikit-learn")
     env = offline_env(session)
     log_dir = ROOT / "demo-runs"
     if log_dir.exists():
@@ -104,7 +112,7 @@ def demo(session: nox.Session) -> None:
 def plugin(session: nox.Session, name: str) -> None:
     """One plugin's wheel next to the core's: its tests, which run the contract kit."""
     wheels = build_wheels(session, [CORE, PLUGINS[name]])
-    session.install(*wheels, *TEST_DEPS)
+    install_wheels(session, wheels, *TEST_DEPS)
     session.run("monitors", "list", "--check")
     session.run("pytest", "--timeout=600", f"tests/plugins/test_{name}.py",
                 env=offline_env(session))
@@ -118,7 +126,7 @@ def bench(session: nox.Session) -> None:
     stored fewer scalars than it was sent. Arguments after `--` go to benchmarks/run.py.
     """
     wheels = build_wheels(session, [CORE, *PLUGINS.values()])
-    session.install(*wheels, "tensorboardX")
+    install_wheels(session, wheels, "tensorboardX")
     session.run("python", "benchmarks/run.py", *session.posargs, env=offline_env(session))
 
 

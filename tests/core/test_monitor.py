@@ -8,7 +8,7 @@ from typing import ClassVar
 
 import numpy as np
 import pytest
-from jsonl_monitor import read_rows
+from jsonl_monitor import read_config, read_rows
 
 from core_monitor import BackendWarning, ConfigError, Monitor, hookimpl
 from core_monitor.events import rows_by_step
@@ -457,3 +457,55 @@ def test_a_backend_changing_its_row_does_not_change_what_the_next_backend_gets(m
     assert [(step, row) for step, _, row in backend.events] == [
         (3, {"step": 1.0, "loss": 2.0}), (4, {"x": 1.0})
     ]
+
+
+def test_log_config_merges_sanitised_config_into_the_run_and_the_backend(make, tmp_path):
+    monitor = make(config={"lr": 0.1, "layers": [64]})
+    monitor.log({"loss": 1.0}, step=0)
+    monitor.log_config({"lr": 0.2, "optimizer": {"name": "adam", "betas": (0.9, 0.99)},
+                        "out": tmp_path / "x", "nan": math.nan})
+    monitor.flush()
+    want = {"lr": 0.2, "layers": [64], "optimizer.name": "adam", "optimizer.betas": [0.9, 0.99],
+            "out": str(tmp_path / "x"), "nan": "nan"}
+    assert dict(monitor.run.config) == want
+    assert read_config(monitor.run) == want
+    with pytest.raises(TypeError):  # the merged config stays read-only, like RunInfo.config
+        monitor.run.config["lr"] = 1  # type: ignore[index]
+
+
+def test_log_config_skips_a_backend_without_the_hook_with_one_warning(make):
+    monitor = make(backends=("jsonl", Recorder))
+    with pytest.warns(BackendWarning, match="'recorder' has no monitor_config hook"):
+        monitor.log_config({"lr": 0.1})
+    monitor.log_config({"seed": 1})  # no second warning: filterwarnings=error would raise
+    monitor.flush()
+    assert read_config(monitor.run) == {"lr": 0.1, "seed": 1}
+    assert monitor.failures == {}
+
+
+def test_log_config_isolates_a_failing_backend_and_strict_raises(make):
+    class BadConfig(Recorder):
+        name = "badconfig"
+
+        @hookimpl
+        def monitor_config(self, config):
+            raise ValueError("tracker refused the config")
+
+    monitor = make(backends=(BadConfig, "jsonl"))
+    with pytest.warns(BackendWarning, match="badconfig"):
+        monitor.log_config({"lr": 0.1})
+    monitor.flush()
+    assert read_config(monitor.run) == {"lr": 0.1}
+    assert monitor.failures == {"badconfig": 1}
+    strict = make(backends=(BadConfig, "jsonl"), name="strict", strict=True)
+    with pytest.raises(ValueError, match="refused"):
+        strict.log_config({"lr": 0.1})
+    strict.flush()
+    assert read_config(strict.run) == {"lr": 0.1}
+
+
+def test_log_config_on_a_closed_monitor_raises(make):
+    monitor = make()
+    monitor.close()
+    with pytest.raises(RuntimeError, match="log_config"):
+        monitor.log_config({"lr": 0.1})

@@ -37,7 +37,7 @@ from .run import RunInfo
 logger = logging.getLogger("core_monitor")
 
 #: The hooks the core calls, in the order a backend's life uses them.
-HOOKS = ("monitor_write", "monitor_flush", "monitor_close")
+HOOKS = ("monitor_write", "monitor_flush", "monitor_close", "monitor_config")
 #: ``hookimpl`` options the core cannot honour, since it calls each backend's function itself.
 UNSUPPORTED_HOOK_OPTIONS = ("wrapper", "hookwrapper", "tryfirst", "trylast")
 
@@ -81,6 +81,7 @@ class Dispatcher:
         self.failures: dict[str, int] = {}
         self.backends: list[Backend] = []
         self._pending: BaseException | None = None
+        self._told: set[tuple[str, str]] = set()  # (backend, optional hook) warned about
         #: (name, monitor_write function) per backend: ``write`` runs on every ``log()``.
         self._writers: list[tuple[str, Callable[..., Any]]] = []
         self._pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
@@ -150,6 +151,16 @@ class Dispatcher:
             if backend.name == name:
                 return backend
         raise KeyError(name)
+
+    def warn_lacking(self, hook: str, consequence: str) -> None:
+        """Warn once per backend (for this dispatcher's life) that it lacks the optional
+        ``hook``: ``BackendWarning("backend 'x' has no <hook> hook: <consequence>")``, pointing
+        at the caller of the ``Monitor`` method that called this."""
+        for backend in self.backends:
+            if hook not in backend.hooks and (backend.name, hook) not in self._told:
+                self._told.add((backend.name, hook))
+                warnings.warn(f"backend {backend.name!r} has no {hook} hook: {consequence}",
+                              BackendWarning, stacklevel=3)
 
     # Calls -------------------------------------------------------------------------------
 

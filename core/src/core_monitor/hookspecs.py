@@ -8,7 +8,8 @@ backend never stops the others; see ``core_monitor.dispatch``). Every hook is op
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import pluggy
 
@@ -47,4 +48,18 @@ def monitor_close() -> None:
     """Flush, release files, threads and processes, and finish the run.
 
     The core calls it once per backend; a backend should still tolerate a second call.
+    """
+
+
+@hookspec
+def monitor_config(config: Mapping[str, Any]) -> None:
+    """Store hyperparameters that arrived after the run started (``Monitor.log_config``).
+
+    ``config`` holds only the keys of that call, sanitised like ``RunInfo.config`` (flat,
+    ``str`` keys joined with ``.``, JSON-safe values). Merge them into the config the backend
+    already stored, where the tracker's own UI shows it; a key given again takes the new value.
+    Frameworks hand hyperparameters over this way after their tracker object exists
+    (accelerate's ``store_init_configuration``, Lightning's ``log_hyperparams``, the Hugging
+    Face Trainer's ``on_train_begin``). A backend without this hook is skipped for it with one
+    ``BackendWarning``.
     """

@@ -8,10 +8,12 @@ reader are ``core_monitor.settings``.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from . import discovery, shutdown
@@ -20,7 +22,7 @@ from .dispatch import Dispatcher
 from .errors import ConfigError
 from .events import MAX_STEP, Event, OneRow, check_step, flatten, to_float
 from .run import RunInfo, default_run_name, detect_rank
-from .settings import check_unselected, load_monitor_config
+from .settings import check_keywords, check_unselected, load_monitor_config
 
 
 class Monitor:
@@ -63,21 +65,7 @@ class Monitor:
         rank_zero_only: bool = True,
         **backend_options: Mapping[str, Any],
     ) -> None:
-        if isinstance(backends, (str, type)):
-            backends = [backends]
-        if not backends:
-            raise ConfigError(
-                "no backend selected: pass at least one name, e.g. Monitor(['trackio'], ...); "
-                "`monitors list` shows the installed ones"
-            )
-        if not isinstance(project, str) or not project:
-            raise ConfigError(f"project={project!r} must be a non-empty str")
-        if name is not None and (not isinstance(name, str) or not name):
-            raise ConfigError(f"name={name!r} must be a non-empty str, or None for a made-up one")
-        for flag, value in (("strict", strict), ("rank_zero_only", rank_zero_only)):
-            if not isinstance(value, bool):
-                raise ConfigError(f"{flag}={value!r} must be True or False (a bool, not "
-                                  f"{type(value).__name__})")
+        backends = check_keywords(backends, project, name, strict, rank_zero_only)
         rank, world_size = detect_rank()
         self.run = RunInfo(
             project=project,
@@ -242,6 +230,33 @@ class Monitor:
         self._next_step = max(self._next_step, top + 1)
         if batch:
             self._write(tuple(batch))
+
+    def log_config(self, config: Any) -> None:
+        """Add hyperparameters after the start, e.g. a framework's config handed over late.
+
+        The config is sanitised as ``Monitor(config=...)`` is (flat, ``.``-joined keys,
+        JSON-safe values; odd values never raise), merged into ``self.run.config`` (a key given
+        again takes the new value) and sent to every backend's ``monitor_config`` hook, which
+        stores it where the tracker shows a run's config. A backend without that hook is
+        skipped for it, with one ``BackendWarning`` per monitor.
+
+        Args:
+            config: a mapping, dataclass instance, ``argparse.Namespace`` or ``None``.
+
+        Raises:
+            RuntimeError: the monitor is closed.
+        """
+        if self._closed:
+            raise self._closed_error("log_config")
+        update = sanitize_config(config)
+        if not update:
+            return
+        self.run = dataclasses.replace(
+            self.run, config=MappingProxyType({**self.run.config, **update})
+        )
+        self._dispatch.warn_lacking("monitor_config", "the config given to log_config() is not "
+                                    "stored there (it was stored by the other backends)")
+        self._dispatch.call("monitor_config", config=update)
 
     def flush(self) -> None:
         """Ask every backend to make what it has so far durable and readable (no-op once closed)."""

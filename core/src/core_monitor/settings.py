@@ -3,7 +3,8 @@
 ``Monitor(backends, *, project, ..., **backend_options)`` and ``Monitor.from_config(file)`` take
 the same settings; the rules they share live here once:
 
-* ``MONITOR_KEYWORDS``: the keywords that are not backend options;
+* ``MONITOR_KEYWORDS``: the keywords that are not backend options; ``check_keywords`` checks
+  their types;
 * ``check_unselected``: every other key must name a selected backend (its options);
 * ``load_monitor_config``: the TOML/JSON file (or mapping) format, read into ``Monitor``
   keyword arguments.
@@ -30,6 +31,34 @@ else:  # pragma: no cover - exercised on 3.10 only
 MONITOR_KEYWORDS = ("project", "name", "config", "log_dir", "strict", "rank_zero_only")
 #: Top-level keys of a settings file (or mapping), besides one section per selected backend.
 FILE_KEYS = ("backends", *MONITOR_KEYWORDS)
+
+
+def check_keywords(
+    backends: Sequence[str | type] | str | type, project: Any, name: Any, strict: Any,
+    rank_zero_only: Any,
+) -> list[str | type]:
+    """Check ``Monitor``'s own arguments by type; return ``backends`` as a list.
+
+    Raises:
+        ConfigError: no backend selected; ``project`` not a non-empty ``str``; ``name`` neither
+            ``None`` nor a non-empty ``str``; ``strict`` or ``rank_zero_only`` not a ``bool``.
+    """
+    if isinstance(backends, (str, type)):
+        backends = [backends]
+    if not backends:
+        raise ConfigError(
+            "no backend selected: pass at least one name, e.g. Monitor(['trackio'], ...); "
+            "`monitors list` shows the installed ones"
+        )
+    if not isinstance(project, str) or not project:
+        raise ConfigError(f"project={project!r} must be a non-empty str")
+    if name is not None and (not isinstance(name, str) or not name):
+        raise ConfigError(f"name={name!r} must be a non-empty str, or None for a made-up one")
+    for flag, value in (("strict", strict), ("rank_zero_only", rank_zero_only)):
+        if not isinstance(value, bool):
+            raise ConfigError(f"{flag}={value!r} must be True or False (a bool, not "
+                              f"{type(value).__name__})")
+    return list(backends)
 
 
 def check_unselected(
