@@ -14,11 +14,15 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import nox
 
 ROOT = Path(__file__).parent
+sys.path.append(str(ROOT / "tests"))  # tests/sdk_env.py: standard library only
+import sdk_env  # noqa: E402
+
 CORE = ROOT / "core"
 PLUGINS = {
     "trackio": ROOT / "plugins" / "trackio_monitor",
@@ -27,14 +31,6 @@ PLUGINS = {
 }
 FIXTURES = sorted(p for p in (ROOT / "tests" / "fixtures").iterdir() if p.is_dir())
 TEST_DEPS = ["pytest>=8", "pytest-timeout", "numpy", "uv"]
-# What every session's processes see: offline, and every SDK folder outside the user's home.
-OFFLINE = {
-    "WANDB_MODE": "offline",
-    "WANDB_SILENT": "true",
-    "HF_HUB_OFFLINE": "1",
-    "GRADIO_ANALYTICS_ENABLED": "False",
-    "DO_NOT_TRACK": "1",
-}
 
 nox.options.default_venv_backend = "uv|virtualenv"
 nox.options.sessions = ["lint", "tests"]
@@ -62,14 +58,9 @@ def install_wheels(session: nox.Session, wheels: list[str], *requirements: str) 
 
 
 def offline_env(session: nox.Session) -> dict[str, str]:
-    home = Path(session.create_tmp()) / "home"
-    env = dict(OFFLINE)
-    for name in ("WANDB_DIR", "WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR",
-                 "TRACKIO_DIR", "HF_HOME"):
-        path = home / name.lower()
-        path.mkdir(parents=True, exist_ok=True)
-        env[name] = str(path)
-    return env
+    """What every session's processes see: offline, and every SDK folder under the session's
+    temporary directory (the one definition is tests/sdk_env.py)."""
+    return sdk_env.offline_env(Path(session.create_tmp()) / "home")
 
 
 @nox.session

@@ -10,6 +10,7 @@ from __future__ import annotations
 import gc
 import os
 import statistics
+import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -17,28 +18,10 @@ from typing import Any
 
 from core_monitor import Event, hookimpl
 
-#: Folders the SDKs read from the environment; the runner points each under a temp dir.
-FOLDER_ENV = (
-    "WANDB_DIR", "WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR", "WANDB_ARTIFACT_DIR",
-    "TRACKIO_DIR", "HF_HOME", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "MPLCONFIGDIR",
-)
-#: Keeps every SDK offline and quiet.
-OFFLINE_ENV = {
-    "WANDB_MODE": "offline",
-    "WANDB_SILENT": "true",
-    "WANDB_CONSOLE": "off",
-    "WANDB_DISABLE_GIT": "true",
-    "WANDB_DISABLE_CODE": "true",
-    "WANDB_ANONYMOUS": "never",
-    "HF_HUB_OFFLINE": "1",
-    "HF_DATASETS_OFFLINE": "1",
-    "TRANSFORMERS_OFFLINE": "1",
-    "GRADIO_ANALYTICS_ENABLED": "False",
-    "DO_NOT_TRACK": "1",
-}
-#: Environment variables that would change what a Monitor does.
-DROP_ENV = ("WANDB_API_KEY", "HF_TOKEN", "RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS",
-            "EXPERIMENT_MONITORS_DISABLE")
+# The offline environment is defined once, in tests/sdk_env.py (standard library only); appended,
+# so that nothing in tests/ can shadow an installed package.
+sys.path.append(str(Path(__file__).resolve().parents[1] / "tests"))
+import sdk_env
 
 BACKENDS = ("trackio", "tensorboard", "wandb")
 
@@ -48,14 +31,9 @@ class RowCountError(AssertionError):
 
 
 def sandbox_env(root: Path) -> dict[str, str]:
-    """The process environment with every SDK folder under ``root`` and every SDK offline."""
-    env = {k: v for k, v in os.environ.items() if k not in DROP_ENV}
-    env.update(OFFLINE_ENV)
-    for name in FOLDER_ENV:
-        path = root / "env" / name.lower()
-        path.mkdir(parents=True, exist_ok=True)
-        env[name] = str(path)
-    return env
+    """The process environment with every SDK folder under ``root / "env"``, every SDK offline,
+    and no variable that would change what a Monitor does (``tests/sdk_env.py``)."""
+    return sdk_env.sandbox_env(root / "env")
 
 
 class NullBackend:

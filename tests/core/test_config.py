@@ -199,9 +199,9 @@ def test_object_whose_repr_raises_does_not_raise():
     assert isinstance(flat["obj"], str)
 
 
-def test_config_reaches_the_backend_sanitised(tmp_path, monitors):
+def test_config_reaches_the_backend_sanitised(tmp_path, monitor_factory):
     monitor = Monitor(["jsonl"], project="c10", name="r", config=C10, log_dir=tmp_path)
-    monitors.append(monitor)
+    monitor_factory.add(monitor)
     monitor.log({"loss": 1.0}, step=0)
     monitor.close()
     stored = read_config(monitor.run)
@@ -250,17 +250,17 @@ def assert_built_from_file(monitor: Monitor, log_dir: Path) -> None:
     assert '\n  "tag": "loss"' in text  # the [jsonl] option indent = 2 reached the backend
 
 
-def test_from_config_toml_file(tmp_path, monitors):
+def test_from_config_toml_file(tmp_path, monitor_factory):
     path = write_toml(tmp_path / "monitor.toml", tmp_path / "logs")
     monitor = Monitor.from_config(path)
-    monitors.append(monitor)
+    monitor_factory.add(monitor)
     assert_built_from_file(monitor, tmp_path / "logs")
 
 
-def test_from_config_toml_file_given_as_str(tmp_path, monitors):
+def test_from_config_toml_file_given_as_str(tmp_path, monitor_factory):
     path = write_toml(tmp_path / "monitor.toml", tmp_path / "logs")
     monitor = Monitor.from_config(str(path))
-    monitors.append(monitor)
+    monitor_factory.add(monitor)
     assert monitor.run.name == "run-1"
 
 
@@ -271,27 +271,27 @@ def file_mapping(log_dir: Path) -> dict:
     }
 
 
-def test_from_config_json_file(tmp_path, monitors):
+def test_from_config_json_file(tmp_path, monitor_factory):
     path = tmp_path / "monitor.json"
     path.write_text(json.dumps(file_mapping(tmp_path / "logs")), encoding="utf-8")
     monitor = Monitor.from_config(path)
-    monitors.append(monitor)
+    monitor_factory.add(monitor)
     assert_built_from_file(monitor, tmp_path / "logs")
 
 
-def test_from_config_mapping(tmp_path, monitors):
+def test_from_config_mapping(tmp_path, monitor_factory):
     monitor = Monitor.from_config(file_mapping(tmp_path / "logs"))
-    monitors.append(monitor)
+    monitor_factory.add(monitor)
     assert_built_from_file(monitor, tmp_path / "logs")
 
 
-def test_overrides_win_over_the_file(tmp_path, monitors):
+def test_overrides_win_over_the_file(tmp_path, monitor_factory):
     path = write_toml(tmp_path / "monitor.toml", tmp_path / "logs")
     monitor = Monitor.from_config(
         path, name="override", log_dir=tmp_path / "other", config={"lr": 1.0},
         jsonl={"indent": None},
     )
-    monitors.append(monitor)
+    monitor_factory.add(monitor)
     assert monitor.run.name == "override"
     assert monitor.run.project == "from-file"
     assert monitor.run.log_dir == tmp_path / "other"

@@ -82,7 +82,7 @@ def test_selecting_a_conflicting_name_with_find_backend_names_both_distributions
 
 
 def test_selecting_a_conflicting_name_in_monitor_is_an_error_and_jsonl_still_works(
-    tmp_path, monitors
+    tmp_path, monitor_factory
 ):
     with pytest.raises(ConfigError, match="twin") as info:
         Monitor(["twin"], project="conflict", log_dir=tmp_path)
@@ -90,7 +90,7 @@ def test_selecting_a_conflicting_name_in_monitor_is_an_error_and_jsonl_still_wor
     assert "twin-monitor" in str(info.value)
 
     monitor = Monitor(["jsonl"], project="conflict", name="after", log_dir=tmp_path)
-    monitors.append(monitor)
+    monitor_factory.add(monitor)
     monitor.log({"loss": 0.5}, step=7)
     monitor.close()
     assert read_rows(monitor.run) == [("loss", 7, 0.5)]
@@ -166,10 +166,12 @@ def test_disabled_backend_is_hidden_from_suggestions(monkeypatch):
     assert "Did you mean 'jsonl'" not in str(info.value)
 
 
-def test_disabling_other_backends_leaves_the_selected_one_working(monkeypatch, tmp_path, monitors):
+def test_disabling_other_backends_leaves_the_selected_one_working(
+    monkeypatch, tmp_path, monitor_factory
+):
     monkeypatch.setenv(DISABLE_ENV, " broken , twin ")
     monitor = Monitor(["jsonl"], project="on", name="r", log_dir=tmp_path)
-    monitors.append(monitor)
+    monitor_factory.add(monitor)
     monitor.log({"acc": 1.0}, step=3)
     monitor.close()
     assert read_rows(monitor.run) == [("acc", 3, 1.0)]
@@ -229,7 +231,7 @@ def test_backend_load_error_backend_is_the_backend_name():
     assert info.value.name is None
 
 
-def test_other_backends_still_log_after_a_plugin_failed_to_load(tmp_path, monitors):
+def test_other_backends_still_log_after_a_plugin_failed_to_load(tmp_path, monitor_factory):
     with pytest.raises(BackendLoadError):
         Monitor(["broken"], project="c7", log_dir=tmp_path)
     with pytest.raises(BackendLoadError):  # nothing half-started when one selected plugin breaks
@@ -237,7 +239,7 @@ def test_other_backends_still_log_after_a_plugin_failed_to_load(tmp_path, monito
     assert not (tmp_path / "c7" / "mixed.jsonl").exists()
 
     monitor = Monitor(["jsonl"], project="c7", name="healthy", log_dir=tmp_path)
-    monitors.append(monitor)
+    monitor_factory.add(monitor)
     monitor.log({"loss": 0.25}, step=0)
     monitor.log({"loss": 0.125})
     monitor.close()

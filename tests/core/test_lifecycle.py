@@ -213,11 +213,11 @@ def test_close_twice_closes_each_backend_once(tmp_path):
     assert count(journal, "flush", "a") == 1
 
 
-def test_close_flushes_then_closes_in_reverse_start_order(tmp_path, monitors):
+def test_close_flushes_then_closes_in_reverse_start_order(tmp_path, monitor_factory):
     journal: list[tuple[str, str]] = []
     names = ["first", "second", "third"]
     monitor = Monitor([make_backend(n, journal) for n in names], project="order", log_dir=tmp_path)
-    monitors.append(monitor)
+    monitor_factory.add(monitor)
     assert monitor.backends == names
     assert [n for hook, n in journal if hook == "start"] == names
     monitor.log({"x": 1.0})

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from jsonl_monitor import read_config, read_rows
 
-from core_monitor import BackendWarning, ConfigError, Monitor, hookimpl
+from core_monitor import BackendWarning, ConfigError, hookimpl
 from core_monitor.events import rows_by_step
 
 
@@ -66,23 +66,6 @@ class Failing:
 @pytest.fixture(autouse=True)
 def _fresh_recorders():
     Recorder.instances.clear()
-
-
-@pytest.fixture
-def make(tmp_path):
-    made = []
-
-    def make(backends=("jsonl",), **kwargs):
-        kwargs.setdefault("project", "p")
-        kwargs.setdefault("name", "r")
-        kwargs.setdefault("log_dir", tmp_path / "logs")
-        monitor = Monitor(list(backends), **kwargs)
-        made.append(monitor)
-        return monitor
-
-    yield make
-    for monitor in made:
-        monitor.close()
 
 
 def steps_stored(monitor):

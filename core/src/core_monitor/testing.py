@@ -21,7 +21,9 @@ builds a real ``Monitor`` around the class with ``log_dir=tmp_path / "logs"`` an
 ``read_rows`` returns after ``flush()`` (or after ``close()`` for a backend whose class says
 ``rows_readable_after = "close"``). A backend that stores float32 (TensorBoard) sets
 ``value_dtype = "float32"``. Installing ``core-monitor`` registers this module as a pytest plugin
-(entry point ``pytest11``), so its fixtures need no ``conftest.py`` import.
+(entry point ``pytest11``), so its fixtures need no ``conftest.py`` import. Its
+``monitor_factory`` fixture (a ``MonitorFactory``: real monitors, closed at teardown) serves
+any test that builds monitors, the kit's own ``make_monitor`` included.
 """
 
 from __future__ import annotations
@@ -40,6 +42,50 @@ from .run import RunInfo
 Rows = list[tuple[str, int, float]]
 
 _run_numbers = count()
+
+
+class MonitorFactory:
+    """Builds real ``Monitor`` objects with test defaults; ``close()`` closes every one.
+
+    ``factory(backends=None, **kwargs)`` is ``Monitor(backends, **kwargs)`` with ``defaults``
+    filled in where ``kwargs`` lacks them (``backends`` too, when not given); a run name not
+    given is ``run-<n>``, unique in the process. ``factory.add(monitor)`` adopts a monitor built
+    elsewhere (``Monitor.from_config``, a subprocess-free test of construction) for ``close()``.
+
+    Attributes:
+        defaults: the keyword arguments every monitor gets unless the call gives them; a test
+            or fixture may update it.
+    """
+
+    def __init__(self, **defaults: Any) -> None:
+        self.defaults = defaults
+        self.made: list[Monitor] = []
+
+    def __call__(self, backends: Any = None, **kwargs: Any) -> Monitor:
+        kwargs = {**self.defaults, **kwargs}
+        default = kwargs.pop("backends", None)
+        kwargs.setdefault("name", f"run-{next(_run_numbers)}")
+        return self.add(Monitor(default if backends is None else backends, **kwargs))
+
+    def add(self, monitor: Monitor) -> Monitor:
+        """Close ``monitor`` with the others; return it."""
+        self.made.append(monitor)
+        return monitor
+
+    def close(self) -> None:
+        """Close every monitor made or added, in that order (a closed one is left alone)."""
+        for monitor in self.made:
+            monitor.close()
+
+
+@pytest.fixture
+def monitor_factory(tmp_path: Any) -> Iterator[MonitorFactory]:
+    """A ``MonitorFactory`` with ``project="test"`` and ``log_dir=tmp_path / "logs"``; every
+    monitor it made is closed at teardown. Backends have no default: pass them, or set
+    ``monitor_factory.defaults["backends"]``."""
+    factory = MonitorFactory(project="test", log_dir=tmp_path / "logs")
+    yield factory
+    factory.close()
 
 
 def _stored(value: float, dtype: str) -> float:
@@ -72,24 +118,15 @@ class MonitorContract:
 
     @pytest.fixture
     def make_monitor(
-        self, backend_class: type, backend_options: dict[str, Any], tmp_path: Any
-    ) -> Iterator[Callable[..., Monitor]]:
-        """A factory of real monitors around the backend; every one is closed at teardown."""
-        made: list[Monitor] = []
-
-        def make(**kwargs: Any) -> Monitor:
-            name = Monitor.backend_name(backend_class)
-            kwargs.setdefault("project", "contract")
-            kwargs.setdefault("name", f"run-{next(_run_numbers)}")
-            kwargs.setdefault("log_dir", tmp_path / "logs")
-            kwargs.setdefault(name, backend_options)
-            monitor = Monitor([backend_class], strict=True, **kwargs)
-            made.append(monitor)
-            return monitor
-
-        yield make
-        for monitor in made:
-            monitor.close()
+        self, backend_class: type, backend_options: dict[str, Any],
+        monitor_factory: MonitorFactory,
+    ) -> MonitorFactory:
+        """Real monitors around the backend only (``strict=True``); closed at teardown."""
+        monitor_factory.defaults.update({
+            "backends": [backend_class], "project": "contract", "strict": True,
+            Monitor.backend_name(backend_class): backend_options,
+        })
+        return monitor_factory
 
     @pytest.fixture
     def stored(self, backend_class: type, read_rows: Callable[[RunInfo], Rows]):
@@ -129,7 +166,7 @@ class MonitorContract:
     # The contract ------------------------------------------------------------------------
 
     def test_explicit_steps_are_stored_exactly(self, make_monitor, stored, dtype):
-        """Case C1: the caller's steps, not the backend's own counter."""
+        """The caller's steps are stored, not a counter of the backend's own."""
         monitor = make_monitor()
         for step, loss in zip([0, 10, 20, 120], [0.3, 0.25, 0.2, 0.1], strict=True):
             monitor.log({"loss": loss}, step=step)
@@ -138,7 +175,7 @@ class MonitorContract:
         )
 
     def test_step_lower_than_previous_is_stored(self, make_monitor, stored, dtype):
-        """Case C2: 5, then 3, then no step -> 6 (the largest step seen + 1)."""
+        """5, then 3, then no step -> 6 (the largest step seen + 1); all three stored."""
         monitor = make_monitor()
         monitor.log({"loss": 1.0}, step=5)
         monitor.log({"loss": 2.0}, step=3)
@@ -163,7 +200,7 @@ class MonitorContract:
         self.assert_stored(stored(monitor), {"loss": [(2**63 - 1, 1.5)]}, dtype)
 
     def test_nan_and_infinities_round_trip(self, make_monitor, stored, dtype):
-        """Case C9."""
+        """NaN, +inf and -inf are stored as such, next to finite values of the same tags."""
         monitor = make_monitor()
         monitor.log({"a": math.nan, "b": math.inf, "c": -math.inf}, step=1)
         monitor.log({"a": 1.0, "b": 2.0, "c": 3.0}, step=2)
