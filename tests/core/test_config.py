@@ -1,4 +1,4 @@
-"""Hyperparameter sanitising (case C10) and ``Monitor.from_config`` (TOML, JSON, mapping)."""
+"""Hyperparameter sanitising (odd values become JSON-safe) and ``Monitor.from_config``."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from jsonl_monitor import read_config, read_rows, run_file
 from core_monitor import ConfigError, Monitor, UnknownBackendError
 from core_monitor.config import sanitize_config
 
-C10 = {"layers": [64, 64], "seed": None, "out": Path("x"), "opt": object()}
+ODD_CONFIG = {"layers": [64, 64], "seed": None, "out": Path("x"), "opt": object()}
 
 
 def assert_json_safe(flat) -> None:
@@ -34,8 +34,8 @@ def assert_json_safe(flat) -> None:
 # sanitize_config ---------------------------------------------------------------------------
 
 
-def test_c10_config_becomes_flat_and_json_safe():
-    flat = sanitize_config(C10)
+def test_odd_config_becomes_flat_and_json_safe():
+    flat = sanitize_config(ODD_CONFIG)
     assert_json_safe(flat)
     assert flat["layers"] == [64, 64]
     assert flat["seed"] is None
@@ -200,12 +200,12 @@ def test_object_whose_repr_raises_does_not_raise():
 
 
 def test_config_reaches_the_backend_sanitised(tmp_path, monitor_factory):
-    monitor = Monitor(["jsonl"], project="c10", name="r", config=C10, log_dir=tmp_path)
+    monitor = Monitor(["jsonl"], project="c10", name="r", config=ODD_CONFIG, log_dir=tmp_path)
     monitor_factory.add(monitor)
     monitor.log({"loss": 1.0}, step=0)
     monitor.close()
     stored = read_config(monitor.run)
-    assert stored == dict(sanitize_config(C10)) == dict(monitor.run.config)
+    assert stored == dict(sanitize_config(ODD_CONFIG)) == dict(monitor.run.config)
     assert stored["layers"] == [64, 64]
     assert stored["seed"] is None
     assert stored["out"] == "x"

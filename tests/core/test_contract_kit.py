@@ -1,7 +1,7 @@
 """The contract kit, run against the JSON-lines backend written for the tests.
 
-This proves the kit itself: every kit test passes for a correct backend. (That the kit fails
-for a wrong one is in test_contract_kit_catches.py.)
+This proves the kit itself: every kit test passes for a correct backend, and (at the end)
+the kit fails backends that break the contract.
 """
 
 from __future__ import annotations
@@ -47,14 +47,14 @@ class Base:
 
 
 class OwnCounter(Base):
-    """Numbers points itself: the adapter that dropped the caller's step (case C1)."""
+    """Numbers points itself: the adapter that dropped the caller's step."""
     def step_of(self, event):
         self.counter = getattr(self, "counter", -1) + 1
         return self.counter
 
 
 class DropsOutOfOrder(Base):
-    """Drops a point whose step is lower than an earlier one (case C2)."""
+    """Drops a point whose step is lower than an earlier one."""
     @hookimpl
     def monitor_write(self, events):
         for e in events:
@@ -63,7 +63,7 @@ class DropsOutOfOrder(Base):
 
 
 class LosesNan(Base):
-    """Stores NaN as 0 (case C9)."""
+    """Stores NaN as 0."""
     def __init__(self, run):
         self.rows = STORE.setdefault((str(run.log_dir), run.project, run.name), _NanToZero())
 

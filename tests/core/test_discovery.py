@@ -2,7 +2,7 @@
 
 Uses the test distributions in ``tests/fixtures`` (installed in the test environment):
 ``jsonl-monitor`` (``jsonl``, ``twin``), ``twin-monitor`` (``twin``: a conflict) and
-``broken-monitor`` (``broken``: its module raises ``ModuleNotFoundError``, case C7).
+``broken-monitor`` (``broken``: its module raises ``ModuleNotFoundError``).
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ def test_conflict_with_a_healthy_name_selects_nothing(tmp_path):
     assert not (tmp_path / "conflict" / "both.jsonl").exists()
 
 
-# Unknown names (case C11) -------------------------------------------------------------------
+# Unknown names -------------------------------------------------------------------------------
 
 
 def test_misspelt_name_suggests_the_installed_one_and_lists_installed_names():
@@ -138,7 +138,7 @@ def _trackio_monitor_installed() -> bool:
 
 @pytest.mark.skipif(not _trackio_monitor_installed(), reason="trackio-monitor is not installed")
 def test_trakio_suggests_trackio():
-    """Case C11 as users met it."""
+    """The misspelling users made: one letter dropped from an installed name."""
     with pytest.raises(UnknownBackendError) as info:
         Monitor(["trakio"], project="typo")
     assert "Did you mean 'trackio'?" in str(info.value)
@@ -191,7 +191,7 @@ def test_monitors_list_shows_a_disabled_backend(tmp_path):
     assert not rows["broken", "broken-monitor"]["status"].startswith("disabled")
 
 
-# A broken plugin (case C7) -----------------------------------------------------------------
+# A broken plugin -----------------------------------------------------------------------------
 
 
 def test_broken_plugin_raises_backend_load_error_naming_distribution_version_and_package():

@@ -43,7 +43,7 @@ class Recorder:
 
 
 class Failing:
-    """A backend whose SDK changed under it: every hook raises ``TypeError`` (case C6)."""
+    """A backend whose SDK changed under it: every hook raises ``TypeError``."""
 
     name = "failing"
 
@@ -74,7 +74,7 @@ def steps_stored(monitor):
 
 
 def test_explicit_steps_reach_the_backend_unchanged(make):
-    """Case C1."""
+    """The caller's steps reach the backend unchanged, not renumbered."""
     monitor = make()
     for step in (0, 10, 20, 120):
         monitor.log({"loss": 0.3}, step=step)
@@ -82,7 +82,7 @@ def test_explicit_steps_reach_the_backend_unchanged(make):
 
 
 def test_step_lower_than_previous_is_stored_and_next_auto_step_is_max_plus_one(make):
-    """Case C2."""
+    """A lower step is stored as given; the next automatic step is the largest + 1."""
     monitor = make()
     assert monitor.log({"loss": 1.0}, step=5) == 5
     assert monitor.log({"loss": 1.0}, step=3) == 3
@@ -126,7 +126,7 @@ def test_bad_step_raises_before_anything_is_written(make, step):
 
 
 def test_numpy_and_0d_values_are_stored_as_floats_and_a_string_rejects_the_whole_call(make):
-    """Case C8."""
+    """numpy scalars and 0-d arrays become floats; one bad value rejects the whole call."""
     monitor = make()
     monitor.log({"ok": 1.0}, step=0)
     scalars = {"f32": np.float32(0.5), "i64": np.int64(3), "zero_d": np.array(2.5)}
@@ -156,7 +156,7 @@ def test_write_events_rejects_malformed_tuples_before_writing(make):
 
 
 def test_nan_and_infinities_are_stored(make):
-    """Case C9."""
+    """NaN and +/-inf are stored as such."""
     monitor = make()
     monitor.log({"a": math.nan, "b": math.inf, "c": -math.inf}, step=0)
     monitor.flush()
@@ -165,7 +165,7 @@ def test_nan_and_infinities_are_stored(make):
 
 
 def test_a_failing_backend_does_not_stop_the_healthy_one(make):
-    """Case C6: one report naming the backend; every point reaches the healthy backend."""
+    """One report naming the failing backend; every point reaches the healthy backend."""
     monitor = make(["jsonl", Failing, Recorder])
     with pytest.warns(BackendWarning, match="backend 'failing' failed in monitor_write") as seen:
         for step in range(5):

@@ -1,4 +1,4 @@
-"""``core-monitor`` installed alone, then a plugin whose SDK is missing (case C5)."""
+"""``core-monitor`` installed alone, then a plugin whose SDK is missing."""
 
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ def trackio_plugin_without_sdk(core_venv: Venv, wheels: dict[str, Path]) -> Iter
         core_venv.uninstall("trackio-monitor")
 
 
-def test_c5_selecting_a_backend_whose_sdk_is_missing_raises_backend_load_error(
+def test_selecting_a_backend_whose_sdk_is_missing_raises_backend_load_error(
     trackio_plugin_without_sdk: Venv, tmp_path: Path
 ) -> None:
     venv = trackio_plugin_without_sdk
@@ -58,7 +58,7 @@ def test_c5_selecting_a_backend_whose_sdk_is_missing_raises_backend_load_error(
     assert not (tmp_path / "runs").exists()
 
 
-def test_c5_monitors_list_check_shows_the_plugin_broken_and_exits_1(
+def test_monitors_list_check_shows_the_plugin_broken_and_exits_1(
     trackio_plugin_without_sdk: Venv, tmp_path: Path
 ) -> None:
     venv = trackio_plugin_without_sdk

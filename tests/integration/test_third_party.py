@@ -3,7 +3,7 @@
 A new backend is a distribution declaring an entry point in ``experiment_monitors``; nothing in
 ``core-monitor`` is edited, rebuilt or configured for it (the venv's core is the same wheel
 throughout). ``jsonl-monitor`` (tests/fixtures) is a healthy one; ``broken-monitor``'s module
-raises ``ModuleNotFoundError`` on import (case C7).
+raises ``ModuleNotFoundError`` on import.
 """
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ def with_broken(full_venv: Venv, wheels: dict[str, Path]) -> Iterator[Venv]:
     yield from installed(full_venv, wheels, "broken-monitor")
 
 
-def test_c7_a_plugin_failing_on_import_breaks_neither_the_cli_nor_other_backends(
+def test_a_plugin_failing_on_import_breaks_neither_the_cli_nor_other_backends(
     with_broken: Venv, tmp_path: Path
 ) -> None:
     venv = with_broken
