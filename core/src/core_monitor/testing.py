@@ -118,15 +118,16 @@ class MonitorContract:
 
     @pytest.fixture
     def make_monitor(
-        self, backend_class: type, backend_options: dict[str, Any],
-        monitor_factory: MonitorFactory,
-    ) -> MonitorFactory:
-        """Real monitors around the backend only (``strict=True``); closed at teardown."""
-        monitor_factory.defaults.update({
-            "backends": [backend_class], "project": "contract", "strict": True,
-            Monitor.backend_name(backend_class): backend_options,
-        })
-        return monitor_factory
+        self, backend_class: type, backend_options: dict[str, Any], tmp_path: Any
+    ) -> Iterator[MonitorFactory]:
+        """Real monitors around the backend only (``strict=True``); closed at teardown. Not
+        the ``monitor_factory`` fixture: a plugin's tests may define their own of that name."""
+        factory = MonitorFactory(
+            backends=[backend_class], project="contract", log_dir=tmp_path / "logs",
+            strict=True, **{Monitor.backend_name(backend_class): backend_options},
+        )
+        yield factory
+        factory.close()
 
     @pytest.fixture
     def stored(self, backend_class: type, read_rows: Callable[[RunInfo], Rows]):
