@@ -21,6 +21,11 @@ class TestJsonlBackend(MonitorContract):
     def read_rows(self):
         return read_rows
 
+    @pytest.fixture
+    def monitor_factory(self):
+        """A plugin's tests may have their own fixture of this name: the kit must not use it."""
+        return "the plugin's own fixture, unrelated to the kit"
+
 
 # The kit must fail a backend that breaks the contract. Each backend below breaks one rule; the
 # kit runs against it in a separate pytest process and must report the failures named.
@@ -119,34 +124,3 @@ def test_the_kit_fails_backends_that_break_the_contract(pytester):
     })
     assert "TestDropsOutOfOrder::test_explicit_steps_are_stored_exactly" not in failed
 
-
-# A plugin's tests may define fixtures of their own, named like the kit's helpers.
-
-OWN_FACTORY = '''
-import pytest
-from jsonl_monitor import JsonlMonitor, read_rows
-from core_monitor.testing import MonitorContract
-
-
-@pytest.fixture
-def monitor_factory():
-    return "the plugin's own fixture, unrelated to the kit"
-
-
-class TestJsonl(MonitorContract):
-    @pytest.fixture
-    def backend_class(self):
-        return JsonlMonitor
-
-    @pytest.fixture
-    def read_rows(self):
-        return read_rows
-'''
-
-
-def test_the_kit_does_not_use_a_monitor_factory_fixture_the_plugin_defines(pytester):
-    pytester.makepyfile(test_own_factory=OWN_FACTORY)
-    result = pytester.runpytest_subprocess(
-        "-q", "-p", "no:cacheprovider", "-k", "explicit_steps or close_is_idempotent"
-    )
-    result.assert_outcomes(passed=2)
