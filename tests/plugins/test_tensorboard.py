@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from _subprocess import imported_after, load_error_after
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.backend.event_processing.event_file_loader import LegacyEventFileLoader
 from tensorboard.plugins.hparams import metadata as hparams_metadata
@@ -332,13 +333,8 @@ def test_tensorboard_shows_only_the_first_session_start_info_of_a_run(tmp_path):
 def test_importing_the_plugin_imports_no_sdk():
     """A rank that writes nothing imports the plugin (the core checks options from the class)
     but must not pay for TensorBoard and its dependencies."""
-    code = ("import sys, tensorboard_monitor\n"
-            "from tensorboard_monitor import TensorBoardMonitor, read_rows, read_config\n"
-            "print([m for m in ('tensorboard', 'numpy', 'google.protobuf', 'grpc')"
-            " if m in sys.modules])")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            timeout=120, check=True)
-    assert result.stdout.strip() == "[]"
+    statement = "from tensorboard_monitor import TensorBoardMonitor, read_config, read_rows"
+    assert imported_after(statement, ("tensorboard", "numpy", "google.protobuf", "grpc")) == []
 
 
 def test_check_sdk_passes_for_the_installed_tensorboard():
@@ -347,17 +343,10 @@ def test_check_sdk_passes_for_the_installed_tensorboard():
 
 def test_a_tensorboard_without_the_writer_the_plugin_uses_fails_loudly():
     """Simulates a TensorBoard release that changed ``EventFileWriter``."""
-    code = textwrap.dedent("""
-        from tensorboard.summary.writer import event_file_writer
-        from core_monitor import BackendLoadError
-        from tensorboard_monitor import TensorBoardMonitor
-        del event_file_writer.EventFileWriter.add_event
-        try:
-            TensorBoardMonitor.check_sdk()
-        except BackendLoadError as error:
-            print(error)
-    """)
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            timeout=120, check=True)
-    assert "EventFileWriter.add_event" in result.stdout
-    assert "tensorboard<3,>=2.21" in result.stdout
+    message = load_error_after(
+        "from tensorboard.summary.writer import event_file_writer\n"
+        "from tensorboard_monitor import TensorBoardMonitor\n"
+        "del event_file_writer.EventFileWriter.add_event",
+        "TensorBoardMonitor.check_sdk()",
+    )
+    assert "EventFileWriter.add_event" in message and "tensorboard<3,>=2.21" in message

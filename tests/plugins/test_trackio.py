@@ -9,16 +9,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import socketserver
-import subprocess
-import sys
-import textwrap
 import threading
 from pathlib import Path
 
 import pytest
 import trackio
+from _subprocess import imported_after, load_error_after, run_python
 from trackio import context_vars, utils
 from trackio.sqlite_storage import SQLiteStorage
 
@@ -51,13 +48,6 @@ def _steps(rows, tag="loss"):
     return [(step, value) for t, step, value in rows if t == tag]
 
 
-def _run_python(code: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    result = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        capture_output=True, text=True, timeout=120, env={**os.environ, **(env or {})},
-    )
-    assert result.returncode == 0, result.stderr
-    return result
 
 
 # Cases from real users ------------------------------------------------------------------------
@@ -72,7 +62,7 @@ def test_c1_explicit_steps_are_stored_exactly(log_dir):
 
 
 def test_c3_rows_survive_a_process_that_exits_without_close(log_dir):
-    _run_python(f"""
+    run_python(f"""
         from core_monitor import Monitor
         monitor = Monitor(["trackio"], project="c3", name="r", log_dir={str(log_dir)!r})
         for step in range(3):
@@ -149,7 +139,7 @@ def test_log_dir_wins_over_trackio_dir_and_trackio_is_pointed_back(log_dir):
 
 def test_log_dir_wins_over_trackio_dir_set_before_trackio_was_imported(tmp_path, log_dir):
     elsewhere = tmp_path / "elsewhere"
-    _run_python(f"""
+    run_python(f"""
         import trackio  # imported first: Trackio has read TRACKIO_DIR already
         from core_monitor import Monitor
         with Monitor(["trackio"], project="p", name="r", log_dir={str(log_dir)!r}) as monitor:
@@ -279,7 +269,7 @@ def test_no_network_request_even_with_a_hub_token(tmp_path, log_dir):
     with socketserver.TCPServer(("127.0.0.1", 0), Recorder) as server:
         threading.Thread(target=server.serve_forever, daemon=True).start()
         try:
-            _run_python(f"""
+            run_python(f"""
                 from core_monitor import Monitor
                 with Monitor(["trackio"], project="net", name="r",
                              log_dir={str(log_dir)!r}) as monitor:
@@ -311,13 +301,9 @@ def test_rank_above_zero_writes_its_own_run(log_dir, monkeypatch):
 def test_importing_the_plugin_imports_no_sdk():
     """A rank that writes nothing imports the plugin (the core checks options from the class)
     but must not pay for Trackio and its dependencies."""
-    result = _run_python("""
-        import sys, trackio_monitor
-        from trackio_monitor import TrackioMonitor, read_rows
-        heavy = ("trackio", "huggingface_hub", "gradio_client", "pandas", "numpy", "orjson")
-        print([name for name in heavy if name in sys.modules])
-    """)
-    assert result.stdout.strip() == "[]"
+    statement = "from trackio_monitor import TrackioMonitor, read_config, read_rows"
+    heavy = ("trackio", "huggingface_hub", "gradio_client", "pandas", "numpy", "orjson")
+    assert imported_after(statement, heavy) == []
 
 
 def test_check_sdk_passes_for_the_installed_trackio():
@@ -326,19 +312,13 @@ def test_check_sdk_passes_for_the_installed_trackio():
 
 def test_a_trackio_without_an_internal_the_plugin_uses_fails_loudly():
     """Simulates a Trackio release that dropped ``Run._flush_queues_inline``."""
-    result = _run_python("""
-        import trackio.run
-        from core_monitor import BackendLoadError, Monitor
-        del trackio.run.Run._flush_queues_inline
-        try:
-            Monitor(["trackio"], project="p", log_dir="unused", strict=True)
-        except BackendLoadError as error:
-            print(error.backend if hasattr(error, "backend") else error.name)
-            print(error)
-    """)
-    backend, message = result.stdout.splitlines()
-    assert backend == "trackio"
-    assert "_flush_queues_inline" in message and "trackio<0.44,>=0.43" in message
+    message = load_error_after(
+        "import trackio.run\nfrom core_monitor import Monitor\n"
+        "del trackio.run.Run._flush_queues_inline",
+        "Monitor(['trackio'], project='p', log_dir='unused', strict=True)",
+    )
+    assert "'trackio'" in message and "_flush_queues_inline" in message
+    assert "trackio<0.44,>=0.43" in message
 
 
 def test_log_config_merges_into_trackios_run_config(log_dir):

@@ -11,6 +11,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from _subprocess import imported_after, load_error_after
 
 from core_monitor import ConfigError, Monitor, RunInfo
 from core_monitor.testing import MonitorContract
@@ -434,13 +435,8 @@ def test_log_config_merges_into_the_runs_config(monitor_factory):
 def test_importing_the_plugin_imports_no_sdk():
     """A rank that writes nothing imports the plugin (the core checks options from the class)
     but must not pay for wandb and its dependencies."""
-    code = ("import sys, wandb_monitor\n"
-            "from wandb_monitor import WandbMonitor, read_rows, read_config\n"
-            "print([m for m in ('wandb', 'pydantic', 'google.protobuf', 'sentry_sdk')"
-            " if m in sys.modules])")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            timeout=120, check=True)
-    assert result.stdout.strip() == "[]"
+    statement = "from wandb_monitor import WandbMonitor, read_config, read_rows"
+    assert imported_after(statement, ("wandb", "pydantic", "google.protobuf", "sentry_sdk")) == []
 
 
 def test_check_sdk_passes_for_the_installed_wandb():
@@ -449,18 +445,11 @@ def test_check_sdk_passes_for_the_installed_wandb():
 
 def test_a_wandb_without_an_internal_the_plugin_uses_fails_loudly(tmp_path):
     """Simulates a wandb release that dropped the active-run list the plugin hides its run from."""
-    code = textwrap.dedent(f"""
-        from wandb.sdk import wandb_setup
-        from core_monitor import BackendLoadError, Monitor
-        del wandb_setup._WandbSetup.remove_active_run
-        try:
-            Monitor(["wandb"], project="p", log_dir={str(tmp_path)!r}, strict=True,
-                    wandb={OPTIONS!r})
-        except BackendLoadError as error:
-            print(error)
-    """)
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            timeout=120, check=True)
-    assert "remove_active_run" in result.stdout
-    assert "wandb<0.32,>=0.31" in result.stdout
+    message = load_error_after(
+        "from wandb.sdk import wandb_setup\nfrom core_monitor import Monitor\n"
+        "del wandb_setup._WandbSetup.remove_active_run",
+        f"Monitor(['wandb'], project='p', log_dir={str(tmp_path)!r}, strict=True, "
+        f"wandb={OPTIONS!r})",
+    )
+    assert "remove_active_run" in message and "wandb<0.32,>=0.31" in message
     assert find_run_dirs(tmp_path) == []  # refused before any run started
