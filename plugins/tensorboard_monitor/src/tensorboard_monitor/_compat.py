@@ -12,6 +12,7 @@ module import: importing ``tensorboard_monitor`` stays cheap on ranks that write
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.util
 import inspect
 from types import SimpleNamespace
 
@@ -24,6 +25,12 @@ SUPPORTED_FALLBACK = "tensorboard>=2.21,<3"
 
 _WRITER_ARGS = ("logdir", "max_queue_size", "flush_secs", "filename_suffix")
 _sdk: SimpleNamespace | None = None
+
+
+# The SDK is imported only when a backend is built, but must be there for the plugin to load.
+SDK = "tensorboard"
+if importlib.util.find_spec(SDK) is None:
+    raise ModuleNotFoundError(f"No module named {SDK!r} ({DISTRIBUTION} needs it)", name=SDK)
 
 
 def supported() -> str:

@@ -13,6 +13,7 @@ import contextlib
 import contextvars
 import functools
 import importlib.metadata
+import importlib.util
 import inspect
 import io
 import json
@@ -28,7 +29,7 @@ from core_monitor import BackendLoadError
 DISTRIBUTION = "trackio-monitor"
 TARGET = "trackio_monitor:TrackioMonitor"
 #: The tested range, as in pyproject.toml (used when the distribution's metadata is absent).
-SUPPORTED_FALLBACK = "trackio>=0.43,<0.44"
+SUPPORTED_FALLBACK = "trackio>=0.42,<0.44"
 
 #: Tags Trackio keeps for itself (``trackio.utils.RESERVED_KEYS``), checked by ``check()``.
 #: Trackio stores each of them, and every tag starting with ``"__"``, as ``"__" + tag``.
@@ -42,8 +43,14 @@ _RUN_STATE = ("_client_lock", "_config_logged", "_stop_flag", "config", "id", "n
 _checked = False
 
 
+# The SDK is imported only when a backend is built, but must be there for the plugin to load.
+SDK = "trackio"
+if importlib.util.find_spec(SDK) is None:
+    raise ModuleNotFoundError(f"No module named {SDK!r} ({DISTRIBUTION} needs it)", name=SDK)
+
+
 def supported() -> str:
-    """The Trackio requirement the installed plugin declares, e.g. ``"trackio<0.44,>=0.43"``."""
+    """The Trackio requirement the installed plugin declares, e.g. ``"trackio<0.44,>=0.42"``."""
     try:
         requires = importlib.metadata.requires(DISTRIBUTION) or []
     except importlib.metadata.PackageNotFoundError:
@@ -53,12 +60,10 @@ def supported() -> str:
 
 
 def check() -> None:
-    """Import Trackio and check every internal the plugin uses; only the first call does work.
+    """Import Trackio and check every internal the plugin uses (the first call only).
 
     Raises:
-        ImportError: Trackio is not installed.
-        BackendLoadError: Trackio is installed but lacks something the plugin uses; the message
-            names the installed Trackio version and the supported range.
+        BackendLoadError: Trackio lacks something the plugin uses (names the supported range).
     """
     global _checked
     if _checked:
@@ -92,11 +97,7 @@ def check() -> None:
 
 
 def check_run(run: Any) -> None:
-    """Check the private members of a started ``Run`` that only exist on an instance.
-
-    Raises:
-        BackendLoadError: one is missing (this Trackio changed shape).
-    """
+    """Check the private members that only a started ``Run`` has; ``BackendLoadError`` if not."""
     import trackio
 
     problems = [f"no Run.{name}" for name in _RUN_STATE if not hasattr(run, name)]
@@ -119,11 +120,9 @@ def unsupported(sdk_version: str, problems: list[str]) -> BackendLoadError:
 
 @functools.cache
 def local_run_class() -> type:
-    """``trackio.run.Run`` minus the Hub look-up of the user name.
-
-    ``Run.__init__`` calls ``huggingface_hub.whoami`` (a network request) whenever a Hugging Face
-    token is configured, only to store ``_Username`` in the config. A local run needs no account.
-    """
+    """``trackio.run.Run`` minus the Hub look-up of the user name: ``Run.__init__`` calls
+    ``huggingface_hub.whoami`` (a network request) whenever a Hugging Face token is configured,
+    only to store ``_Username`` in the config. A local run needs no account."""
     from trackio.run import Run
 
     class LocalRun(Run):

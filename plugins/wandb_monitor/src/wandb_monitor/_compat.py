@@ -13,6 +13,7 @@ supported range (the plugin's declared dependency). Nothing here imports wandb a
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.util
 import inspect
 import os
 import struct
@@ -39,6 +40,12 @@ _RECORD_FIELDS = ("history", "run", "config", "exit", "metric")
 _checked = False
 
 
+# The SDK is imported only when a backend is built, but must be there for the plugin to load.
+SDK = "wandb"
+if importlib.util.find_spec(SDK) is None:
+    raise ModuleNotFoundError(f"No module named {SDK!r} ({DISTRIBUTION} needs it)", name=SDK)
+
+
 def supported() -> str:
     """The wandb requirement the installed plugin declares, e.g. ``"wandb<0.32,>=0.31"``."""
     try:
@@ -50,12 +57,10 @@ def supported() -> str:
 
 
 def check() -> None:
-    """Import wandb and check every internal the plugin uses; only the first call does work.
+    """Import wandb and check every internal the plugin uses (the first call only).
 
     Raises:
-        ImportError: wandb is not installed.
-        BackendLoadError: wandb lacks something the plugin uses; the message names the
-            installed wandb version and the supported range.
+        BackendLoadError: wandb lacks something the plugin uses (names the supported range).
     """
     global _checked
     if _checked:
@@ -126,12 +131,9 @@ def other_runs_active() -> bool:
 
 
 def detach(run: Any) -> None:
-    """Hide ``run`` from wandb's list of active runs.
-
-    That list is what a user's own ``wandb.init()`` (``reinit="default"``) returns instead of a
-    new run, and what ``reinit="finish_previous"`` finishes: without this, the user would get
-    this plugin's run, or finish it.
-    """
+    """Hide ``run`` from wandb's list of active runs: what a user's own ``wandb.init()``
+    (``reinit="default"``) returns instead of a new run, and what ``reinit="finish_previous"``
+    finishes. Without this, the user would get this plugin's run, or finish it."""
     from wandb.sdk import wandb_setup
 
     wandb_setup.singleton().remove_active_run(run)
@@ -226,10 +228,8 @@ def _wandb_file(path: str | os.PathLike[str]) -> Path:
 
 
 def exit_record_written(file: Path) -> bool:
-    """Whether the run's exit record (wandb's last record of a finished run) is in ``file``.
-
-    Reads only the last two blocks: the exit record is small and comes last.
-    """
+    """Whether the run's exit record (wandb's last record of a finished run) is in ``file``
+    (reads only the last two blocks: the exit record is small and comes last)."""
     from wandb.proto import wandb_internal_pb2
 
     try:
