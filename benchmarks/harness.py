@@ -13,10 +13,15 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
+from importlib import import_module
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
-from core_monitor import Event, hookimpl
+from core_monitor import Event, RunInfo, hookimpl
+
+#: The entry-point group backends register in.
+GROUP = "experiment_monitors"
 
 # The offline environment is defined once, in tests/sdk_env.py (standard library only); appended,
 # so that nothing in tests/ can shadow an installed package.
@@ -143,31 +148,14 @@ def descendants_hwm_kb() -> int:
 
 
 def stored_count(backend: str, project: str, name: str, log_dir: Path) -> int:
-    """How many scalars ``backend`` stored for the run, read with the plugin's read-back helper."""
-    if backend == "tensorboard":
-        import tensorboard_monitor
+    """How many scalars ``backend`` stored for the run, read with its plugin's ``read_rows``.
 
-        return len(tensorboard_monitor.read_rows(
-            tensorboard_monitor.run_dir(project, name, log_dir)))
-    if backend == "trackio":
-        import trackio_monitor
-
-        return len(trackio_monitor.read_rows(project, name, log_dir))
-    if backend == "wandb":
-        import wandb_monitor
-
-        return len(wandb_monitor.read_rows(_wandb_run_dir(project, name, log_dir)))
-    raise ValueError(backend)
-
-
-def _wandb_run_dir(project: str, name: str, log_dir: Path) -> Path:
-    import wandb_monitor
-
-    found = wandb_monitor.find_run_dirs(log_dir, project=project, name=name)
-    if len(found) != 1:
-        raise RowCountError(f"wandb: expected one run folder for {project}/{name} under "
-                            f"{log_dir}, found {found}")
-    return found[0]
+    The plugin is the package of the class the backend's entry point names; every plugin's
+    ``read_rows(run: RunInfo)`` reads the backend's own storage.
+    """
+    (entry_point,) = entry_points(group=GROUP, name=backend)
+    reader = import_module(entry_point.module.split(".")[0]).read_rows
+    return len(reader(RunInfo(project=project, name=name, log_dir=log_dir)))
 
 
 def check_count(backend: str, project: str, name: str, log_dir: Path, sent: int) -> int:

@@ -41,8 +41,10 @@ else:
 """
 
 READ_TRACKIO = """
-import json, trackio_monitor
-print(json.dumps(trackio_monitor.read_rows("third", "r1", "runs")))
+import json, pathlib, trackio_monitor
+from core_monitor import RunInfo
+run = RunInfo(project="third", name="r1", log_dir=pathlib.Path("runs"))
+print(json.dumps(trackio_monitor.read_rows(run)))
 """
 
 EXPECTED = [["loss", 0, 0.5], ["loss", 10, 0.25], ["acc", 10, 0.75], ["loss", 11, 0.125]]

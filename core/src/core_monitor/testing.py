@@ -28,8 +28,13 @@ any test that builds monitors, the kit's own ``make_monitor`` included.
 
 from __future__ import annotations
 
+import importlib.metadata
+import json
 import math
+import re
 import struct
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from itertools import count
 from typing import Any
@@ -40,6 +45,8 @@ from .monitor import Monitor
 from .run import RunInfo
 
 Rows = list[tuple[str, int, float]]
+
+_CORE_DISTRIBUTION = "core-monitor"
 
 _run_numbers = count()
 
@@ -296,3 +303,51 @@ class MonitorContract:
         second.log({"loss": 2.0}, step=1)
         self.assert_stored(stored(second), {"loss": [(1, 2.0)]}, dtype)
         self.assert_stored(stored(first), {"loss": [(1, 1.0)]}, dtype)
+
+    def test_importing_the_backend_module_imports_no_sdk(self, backend_class):
+        """A rank that writes nothing imports the backend's module (the core checks options
+        from the class on every rank) but must not import its SDK: the modules of the
+        distribution's requirements (other than core-monitor) stay out of ``sys.modules``
+        after ``import <module>`` in a fresh interpreter. Import them in the constructor."""
+        module = backend_class.__module__
+        sdk_modules = _requirement_modules(module)
+        if sdk_modules is None:
+            pytest.skip(f"{module!r} is not provided by an installed distribution")
+        if not sdk_modules:
+            pytest.skip(f"the distribution providing {module!r} requires nothing besides "
+                        f"{_CORE_DISTRIBUTION}")
+        code = (f"import json, sys, {module}\n"
+                f"print(json.dumps(sorted(m for m in {sorted(sdk_modules)!r} "
+                "if m in sys.modules)))")
+        result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                timeout=300)
+        assert result.returncode == 0, f"import {module} failed:\n{result.stderr}"
+        imported = json.loads(result.stdout.strip().splitlines()[-1])
+        assert imported == [], (
+            f"import {module} imported {imported}: import the SDK in the backend's constructor"
+        )
+
+
+def _normalise(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _requirement_modules(module: str) -> set[str] | None:
+    """Top-level import names of the requirements (without extras-only ones and without
+    core-monitor) of the distribution providing ``module``; ``None`` when no installed
+    distribution provides it."""
+    providers = importlib.metadata.packages_distributions()
+    distributions = providers.get(module.partition(".")[0])
+    if not distributions:
+        return None
+    wanted = set()
+    for distribution in distributions:
+        for requirement in importlib.metadata.requires(distribution) or []:
+            name, _, marker = requirement.partition(";")
+            if "extra" in marker:
+                continue
+            match = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", name)
+            if match and _normalise(match.group(1)) != _CORE_DISTRIBUTION:
+                wanted.add(_normalise(match.group(1)))
+    return {top for top, dists in providers.items()
+            if any(_normalise(d) in wanted for d in dists)}
