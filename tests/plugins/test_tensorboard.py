@@ -26,7 +26,7 @@ from tensorboard_monitor import TensorBoardMonitor, hparam_value, read_rows, run
 
 
 def rows_of(run: RunInfo) -> list[tuple[str, int, float]]:
-    return read_rows(run_dir(run.project, run.name, run.log_dir))
+    return read_rows(run_dir(run.project, run.name, run.log_dir, rank=run.rank))
 
 
 def raw_events(folder: Path) -> list:

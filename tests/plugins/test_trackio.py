@@ -34,8 +34,9 @@ class TestTrackioContract(MonitorContract):
 
     @pytest.fixture
     def read_rows(self):
-        def read(run):
-            return read_rows(run.project, run.name, run.log_dir)
+        def read(run):  # a rank above 0 writes the run <name>-rank<rank>
+            name = run.name if run.rank == 0 else f"{run.name}-rank{run.rank}"
+            return read_rows(run.project, name, run.log_dir)
 
         return read
 

@@ -79,8 +79,9 @@ class TestWandbContract(MonitorContract):
 
     @pytest.fixture
     def read_rows(self):
-        def read(run):
-            dirs = find_run_dirs(run.log_dir, project=run.project, name=run.name)
+        def read(run):  # a rank above 0 writes the run <name>-rank<rank>
+            name = run.name if run.rank == 0 else f"{run.name}-rank{run.rank}"
+            dirs = find_run_dirs(run.log_dir, project=run.project, name=name)
             assert len(dirs) == 1, f"expected one run folder for {run.name!r}, found {dirs}"
             return read_rows(dirs[0])
 
