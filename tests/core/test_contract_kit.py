@@ -207,60 +207,32 @@ class ConfigWithoutReader(Base):
     stores_config = True
 
 
-class TestIgnoresRank(MonitorContract):
-    @pytest.fixture
-    def backend_class(self):
-        return IgnoresRank
+def kit_for(backend, reader=read):
+    class Kit(MonitorContract):
+        @pytest.fixture
+        def backend_class(self):
+            return backend
 
-    @pytest.fixture
-    def read_rows(self):
-        return read_ignoring_rank
+        @pytest.fixture
+        def read_rows(self):
+            return reader
+
+    return Kit
 
 
-class TestForgetsLateConfig(KitFor, MonitorContract):
-    @pytest.fixture
-    def backend_class(self):
-        return ForgetsLateConfig
-
+class TestForgetsLateConfig(kit_for(ForgetsLateConfig)):
     @pytest.fixture
     def read_config(self):
         return lambda run: CONFIGS.get(key(run), {})
 
 
-class TestUnmarkedFlush(KitFor, MonitorContract):
-    @pytest.fixture
-    def backend_class(self):
-        return UnmarkedFlush
-
-
-class TestRoundsToFloat32(KitFor, MonitorContract):
-    @pytest.fixture
-    def backend_class(self):
-        return RoundsToFloat32
-
-
-class TestEscapesTags(KitFor, MonitorContract):
-    @pytest.fixture
-    def backend_class(self):
-        return EscapesTags
-
-
-class TestClosesLate(KitFor, MonitorContract):
-    @pytest.fixture
-    def backend_class(self):
-        return ClosesLate
-
-
-class TestBadCapability(KitFor, MonitorContract):
-    @pytest.fixture
-    def backend_class(self):
-        return BadCapability
-
-
-class TestConfigWithoutReader(KitFor, MonitorContract):
-    @pytest.fixture
-    def backend_class(self):
-        return ConfigWithoutReader
+TestIgnoresRank = kit_for(IgnoresRank, read_ignoring_rank)
+TestUnmarkedFlush = kit_for(UnmarkedFlush)
+TestRoundsToFloat32 = kit_for(RoundsToFloat32)
+TestEscapesTags = kit_for(EscapesTags)
+TestClosesLate = kit_for(ClosesLate)
+TestBadCapability = kit_for(BadCapability)
+TestConfigWithoutReader = kit_for(ConfigWithoutReader)
 '''
 
 

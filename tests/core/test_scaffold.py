@@ -2,7 +2,7 @@
 
 That the generated plugin builds into a wheel, installs next to the core's wheel, is listed by
 ``monitors list --check`` and passes its tests in that venv is in
-tests/integration/test_scaffold.py.
+tests/integration/test_new_plugin.py.
 """
 
 from __future__ import annotations
