@@ -166,3 +166,17 @@ def full_venv(tmp_path_factory: pytest.TempPathFactory, wheels: dict[str, Path])
 def core_venv(tmp_path_factory: pytest.TempPathFactory, wheels: dict[str, Path]) -> Venv:
     """``core-monitor`` alone: no backend installed."""
     return make_venv(tmp_path_factory.mktemp("venvs") / "core-only", wheels["core-monitor"])
+
+
+@pytest.fixture(scope="session")
+def build_wheel() -> Any:
+    """``build_wheel(folder, out)``: build ``folder`` with ``uv build --wheel`` into ``out``;
+    return the wheel's path (for distributions a test generates, such as ``monitors new``)."""
+
+    def build(folder: Path, out: Path) -> Path:
+        before = set(out.glob("*.whl")) if out.exists() else set()
+        uv("build", "--wheel", "--quiet", "--out-dir", str(out), str(folder))
+        (wheel,) = set(out.glob("*.whl")) - before
+        return wheel
+
+    return build

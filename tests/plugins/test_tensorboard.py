@@ -61,6 +61,10 @@ class TestTensorBoardContract(MonitorContract):
     def read_rows(self):
         return read_rows
 
+    @pytest.fixture
+    def read_config(self):
+        return read_config
+
 
 @pytest.fixture
 def logs(tmp_path: Path) -> Path:

@@ -33,6 +33,10 @@ class TestTrackioContract(MonitorContract):
     def read_rows(self):
         return read_rows
 
+    @pytest.fixture
+    def read_config(self):
+        return read_config
+
 
 @pytest.fixture
 def log_dir(tmp_path: Path) -> Path:

@@ -81,6 +81,10 @@ class TestWandbContract(MonitorContract):
     def read_rows(self):
         return read_rows
 
+    @pytest.fixture
+    def read_config(self):
+        return read_config
+
 
 @pytest.fixture
 def monitor_factory(tmp_path):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from collections.abc import Sequence
 
@@ -63,6 +64,24 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 1 if args.check and broken else 0
 
 
+def cmd_new(args: argparse.Namespace) -> int:
+    from .scaffold import ScaffoldError, create_plugin, plugin_names
+
+    try:
+        folder = create_plugin(args.name, args.dir)
+    except ScaffoldError as error:
+        print(f"monitors new: error: {error}", file=sys.stderr)
+        return 2
+    names = plugin_names(args.name)
+    where = shlex.quote(str(folder))
+    print(f"Created {names.dist} in {folder}: backend {names.name!r}, class "
+          f"{names.package}.{names.cls}.\n"
+          f"Test it (installs the plugin, pytest and the contract kit, then runs the kit):\n"
+          f"    pip install {shlex.quote(f'{folder}[test]')} && pytest {where}\n"
+          f"Then `monitors list --check` shows {names.name!r}.")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
 
@@ -85,6 +104,16 @@ def build_parser() -> argparse.ArgumentParser:
         "does not, or if two distributions claim one name",
     )
     listing.set_defaults(handler=cmd_list)
+    new = commands.add_parser(
+        "new",
+        help="write a new backend plugin distribution to start from",
+        description="Write a complete backend plugin: pyproject.toml with the entry point, a "
+        "src/<name>_monitor package (backend class, reader), README and tests running "
+        "core-monitor's contract kit. It builds into a wheel and passes the kit as written.",
+    )
+    new.add_argument("name", help="the backend name users will select, e.g. csv")
+    new.add_argument("--dir", help="the folder to create (default: ./<name>-monitor)")
+    new.set_defaults(handler=cmd_new)
     return parser
 
 
