@@ -282,7 +282,7 @@ def select(
             found[key] = backend
     known = sorted({*installed, *skipped, *found})
     for name in sorted(disabled - DISABLE_ALL - set(known)):  # e.g. WandB for wandb: a typo
-        hint = f"did you mean {closest(name, known)!r}? " if closest(name, known) else ""
+        hint = f"did you mean {close!r}? " if (close := closest(name, known)) else ""
         message = (f"{DISABLE_ENV} names {name!r}, which matches no installed backend (names "
                    f"match exactly, case included); {hint}installed: {', '.join(known)}")
         if strict:
