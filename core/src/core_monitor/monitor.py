@@ -22,16 +22,18 @@ from .dispatch import Dispatcher
 from .errors import ConfigError
 from .events import MAX_STEP, Event, OneRow, check_step, flatten, to_float
 from .run import RunInfo, default_run_name, detect_rank
-from .settings import check_keywords, check_unselected, load_monitor_config
+from .settings import check_backend_keys, check_keywords, check_options, load_monitor_config
 
 
 class Monitor:
     """Log scalars once; every selected backend stores them at the caller's step.
 
     Args:
-        backends: backend names as installed (``monitors list``), e.g. ``["trackio",
-            "tensorboard"]``, or backend classes (a class's name is its ``name`` attribute, else
-            its ``__name__``). One name may be given as a plain ``str``. Must not be empty.
+        backends: backend names as installed (``monitors list``, matched exactly), e.g.
+            ``["trackio", "tensorboard"]``, or backend classes (a class's name is its ``name``
+            attribute, else its ``__name__``); one name alone may be a ``str``; ``None``: those
+            in ``EXPERIMENT_MONITORS``. Those in ``EXPERIMENT_MONITORS_DISABLE`` are skipped
+            (``ConfigWarning``); with all skipped the monitor checks calls and writes nothing.
         project: project name (wandb/Trackio "project"; TensorBoard's first folder level).
         name: run name; default ``YYYYmmdd-HHMMSS-host``, the same for every backend.
         config: hyperparameters; stored flat and JSON-safe (``config.sanitize_config``).
@@ -42,20 +44,21 @@ class Monitor:
         rank_zero_only: only rank 0 constructs backends; other ranks validate what they log
             and write nothing (they import no SDK). ``False`` writes from every rank.
         **backend_options: one mapping per backend name, its keyword options, e.g.
-            ``wandb={"mode": "offline"}``.
+            ``wandb={"mode": "offline"}``; an installed backend's are ignored when unselected.
 
     Raises:
         ConfigError: no backend selected; ``project``, ``name``, ``strict`` or
-            ``rank_zero_only`` of the wrong type; a misspelt keyword (``logdir``: "did you mean
-            'log_dir'?"); options for an unselected backend; or an option the backend does not
-            accept (the message names backend, option and accepted ones).
+            ``rank_zero_only`` of the wrong type; a keyword naming no installed backend
+            (``logdir``: "did you mean 'log_dir'?"); an option the backend does not accept
+            (the message names backend, option and accepted ones); ``strict=True`` and a
+            disabled backend selected, or an unknown name in ``EXPERIMENT_MONITORS_DISABLE``.
         UnknownBackendError: a name that no installed distribution declares.
         BackendLoadError: a selected plugin or its SDK fails to import.
     """
 
     def __init__(
         self,
-        backends: Sequence[str | type] | str,
+        backends: Sequence[str | type] | str | None = None,
         *,
         project: str,
         name: str | None = None,
@@ -82,13 +85,13 @@ class Monitor:
         self._next_step = 0
         self._closed = False
 
-        found = discovery.select(backends)  # every name and keyword checked before any import
-        check_unselected(backend_options, list(found))
+        found = discovery.select(backends, strict=strict)  # all checked before any import
+        check_backend_keys(backend_options, backends)
         classes = {
             k: v if isinstance(v, type) else discovery.load_backend(v) for k, v in found.items()
         }
         for backend_name, cls in classes.items():
-            discovery.check_options(backend_name, cls, backend_options.get(backend_name) or {})
+            check_options(backend_name, cls, backend_options.get(backend_name) or {})
         if rank == 0 or not rank_zero_only:
             try:
                 for backend_name, cls in classes.items():
@@ -116,14 +119,14 @@ class Monitor:
         """Build a monitor from a mapping or a ``.toml``/``.json`` file.
 
         See ``core_monitor.settings.load_monitor_config`` for the format. ``overrides`` are
-        ``Monitor`` keyword arguments that win over the file (e.g. ``name=...``).
+        ``Monitor`` keyword arguments that win over the file (e.g. ``name=...``), applied
+        before its sections are checked (``backends=[...]`` selects instead of the file).
 
         Raises:
             ConfigError: as ``load_monitor_config`` and ``Monitor`` do; when ``source`` is a
                 file, the message starts with its path (e.g. an unknown option in a section).
         """
-        kwargs = load_monitor_config(source)
-        kwargs.update(overrides)
+        kwargs = load_monitor_config(source, **overrides)
         try:
             return cls(kwargs.pop("backends"), **kwargs)
         except ConfigError as error:
