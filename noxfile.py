@@ -6,6 +6,7 @@
     nox -s lint       ruff
     nox -s bench      benchmarks B1-B6 (prints ratios, writes benchmarks/results/)
     nox -s "plugin(name='trackio')"   one plugin's wheel next to the core, its tests and the kit
+    nox -s lowest     each plugin's tests against the lowest SDK version it declares
 
 Nothing is installed editable and nothing relies on PYTHONPATH: the tests see the packages exactly
 as a user who ran `pip install core-monitor trackio-monitor` would.
@@ -14,12 +15,18 @@ as a user who ran `pip install core-monitor trackio-monitor` would.
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import sys
+import zipfile
 from pathlib import Path
 
 import nox
 
 ROOT = Path(__file__).parent
+sys.path.append(str(ROOT / "tests"))  # tests/sdk_env.py: standard library only
+import sdk_env  # noqa: E402
+
 CORE = ROOT / "core"
 PLUGINS = {
     "trackio": ROOT / "plugins" / "trackio_monitor",
@@ -29,15 +36,6 @@ PLUGINS = {
 }
 FIXTURES = sorted(p for p in (ROOT / "tests" / "fixtures").iterdir() if p.is_dir())
 TEST_DEPS = ["pytest>=8", "pytest-timeout", "numpy", "uv"]
-# What every session's processes see: offline, and every SDK folder outside the user's home.
-OFFLINE = {
-    "WANDB_MODE": "offline",
-    "WANDB_SILENT": "true",
-    "HF_HUB_OFFLINE": "1",
-    "GRADIO_ANALYTICS_ENABLED": "False",
-    "DO_NOT_TRACK": "1",
-    "MLFLOW_DISABLE_TELEMETRY": "true",
-}
 
 nox.options.default_venv_backend = "uv|virtualenv"
 nox.options.sessions = ["lint", "tests"]
@@ -65,14 +63,9 @@ def install_wheels(session: nox.Session, wheels: list[str], *requirements: str) 
 
 
 def offline_env(session: nox.Session) -> dict[str, str]:
-    home = Path(session.create_tmp()) / "home"
-    env = dict(OFFLINE)
-    for name in ("WANDB_DIR", "WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR",
-                 "TRACKIO_DIR", "HF_HOME"):
-        path = home / name.lower()
-        path.mkdir(parents=True, exist_ok=True)
-        env[name] = str(path)
-    return env
+    """What every session's processes see: offline, and every SDK folder under the session's
+    temporary directory (the one definition is tests/sdk_env.py)."""
+    return sdk_env.offline_env(Path(session.create_tmp()) / "home")
 
 
 @nox.session
@@ -117,6 +110,33 @@ def plugin(session: nox.Session, name: str) -> None:
     """One plugin's wheel next to the core's: its tests, which run the contract kit."""
     wheels = build_wheels(session, [CORE, PLUGINS[name]])
     install_wheels(session, wheels, *TEST_DEPS)
+    session.run("monitors", "list", "--check")
+    session.run("pytest", "--timeout=600", f"tests/plugins/test_{name}.py",
+                env=offline_env(session))
+
+
+def lowest_pins(wheel: str) -> list[str]:
+    """``name==X`` for every requirement of ``wheel`` declared ``>=X`` (from its METADATA),
+    except core-monitor (whose wheel comes from this checkout)."""
+    with zipfile.ZipFile(wheel) as archive:
+        name = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
+        metadata = archive.read(name).decode("utf-8")
+    pins = []
+    for requirement in re.findall(r"^Requires-Dist: (.+)$", metadata, flags=re.MULTILINE):
+        found = re.match(r"\s*([A-Za-z0-9._-]+)[^;]*?>=\s*([0-9][^,;\s]*)", requirement)
+        if found and found.group(1) != "core-monitor" and ";" not in requirement:
+            pins.append(f"{found.group(1)}=={found.group(2)}")
+    return pins
+
+
+@nox.session
+@nox.parametrize("name", list(PLUGINS))
+def lowest(session: nox.Session, name: str) -> None:
+    """One plugin's tests (and the kit) against the lowest SDK versions it declares, pinned."""
+    wheels = build_wheels(session, [CORE, PLUGINS[name]])
+    pins = [pin for wheel in wheels for pin in lowest_pins(wheel)]
+    install_wheels(session, wheels, *TEST_DEPS, *pins)
+    session.log(f"lowest declared: {', '.join(pins)}")
     session.run("monitors", "list", "--check")
     session.run("pytest", "--timeout=600", f"tests/plugins/test_{name}.py",
                 env=offline_env(session))

@@ -196,7 +196,7 @@ def caller_side(backend: str, rows: list[dict[str, float]], root: Path, reps: in
     with _quiet():
         monitor = Monitor([backend], project="bench-b1-sink", name=f"sink-{next(_runs)}",
                           log_dir=root / "sink")
-    plugin = monitor._pm.get_plugin(backend)
+    plugin = monitor._dispatch.get(backend).instance
     attr = "_add_event" if backend == "tensorboard" else "_log"
     if not hasattr(plugin, attr):
         monitor.close()

@@ -8,7 +8,6 @@ Target: A/B <= 1.5; no SDK or plugin module imported.
 
 from __future__ import annotations
 
-import ast
 import json
 import shutil
 import subprocess
@@ -55,7 +54,6 @@ def _wall(argv: list[str]) -> float:
     return time.perf_counter() - start
 
 
-_LIST_C = "import sys; from core_monitor.cli import main; sys.exit(main())"
 _SCAN_C = (
     "import importlib.metadata as m\n"
     "for ep in m.entry_points(group='experiment_monitors'):\n"
@@ -70,27 +68,18 @@ def run(quick: bool, root: Path) -> dict[str, Any]:
                                        capture_output=True, text=True).stdout)
     names = sorted({row["name"] for row in listed})
     missing = [b for b in BACKENDS if b not in names]
-    lazy = _lazy_init_copy(root / "lazy")
-    lean = _lazy_init_copy(root / "lazy_no_dataclass", no_dataclass=True)
     commands = {
         # the figure: the console script vs the interpreter plus importlib.metadata
         "list": [monitors, "list"],
         "python": [sys.executable, "-c", "import importlib.metadata"],
-        # diagnostics: the floor of any metadata-only listing (the entry-point scan itself),
-        # and `monitors list` with core_monitor/__init__.py importing its submodules lazily
+        # diagnostic: the floor of any metadata-only listing (the entry-point scan itself)
         "scan": [sys.executable, "-c", _SCAN_C],
-        "list_c": [sys.executable, "-c", _LIST_C, "list"],
-        "list_lazy_init": ["env", f"PYTHONPATH={lazy}", sys.executable, "-c", _LIST_C, "list"],
     }
-    if lean is not None:
-        commands["list_lazy_no_dataclass"] = ["env", f"PYTHONPATH={lean}", sys.executable, "-c",
-                                              _LIST_C, "list"]
     for argv in commands.values():
         _wall(argv)  # warm the page cache; fails loudly if a command fails
     arms = {k: (lambda argv=argv: _wall(argv)) for k, argv in commands.items()}
     times = alternate(arms, reps)
     stats = paired(times["list"], times["python"], per=1)
-    lazy_gain = paired(times["list_lazy_init"], times["list_c"], per=1)
 
     imported = json.loads(subprocess.run([sys.executable, "-c", _MODULES_AFTER_LIST],
                                          check=True, capture_output=True, text=True).stdout)
@@ -104,75 +93,12 @@ def run(quick: bool, root: Path) -> dict[str, Any]:
         "list_ms": spread([t * 1000 for t in times["list"]]),
         "python_ms": spread([t * 1000 for t in times["python"]]),
         "scan_over_python": paired(times["scan"], times["python"], per=1)["ratio"],
-        "lazy_init_over_current": lazy_gain["ratio"],
-        "lazy_init_saved_ms": spread([(c - x) * 1000 for x, c in zip(
-            times["list_lazy_init"], times["list_c"], strict=True)]),
-        "candidates_over_python": {
-            k: paired(times[k], times["python"], per=1)["ratio"]
-            for k in ("list_c", "list_lazy_init", "list_lazy_no_dataclass") if k in times
-        },
         "modules_imported_by_list": len(imported),
         "sdk_modules_imported": forbidden,
         "slowest_imports_ms": _slowest_imports(),
         "target": f"ratio <= {TARGET_RATIO}; no SDK module imported",
         "pass": stats["ratio"]["median"] <= TARGET_RATIO and not forbidden and not missing,
     }
-
-
-def _lazy_init_copy(folder: Path, no_dataclass: bool = False) -> Path | None:
-    """Copy the installed ``core_monitor`` under ``folder``, its ``__init__.py`` replaced by one
-    that imports each public name on first use (PEP 562 ``__getattr__``); return ``folder``.
-
-    ``no_dataclass`` also turns ``discovery.BackendInfo`` from a frozen dataclass into a
-    ``typing.NamedTuple`` (``dataclasses`` imports ``inspect``); ``None`` when discovery.py no
-    longer has the expected lines.
-    """
-    import core_monitor
-
-    source = Path(core_monitor.__file__).parent
-    target = folder / "core_monitor"
-    shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__"))
-    tree = ast.parse((source / "__init__.py").read_text())
-    where = {alias.asname or alias.name: "." + (node.module or "")
-             for node in ast.walk(tree)
-             if isinstance(node, ast.ImportFrom) and node.level == 1
-             for alias in node.names}
-    (target / "__init__.py").write_text(_LAZY_INIT.format(where=where))
-    if no_dataclass:
-        discovery = target / "discovery.py"
-        text = discovery.read_text()
-        edits = (("from dataclasses import dataclass\n", "from typing import NamedTuple\n"),
-                 ("@dataclass(frozen=True)\nclass BackendInfo:",
-                  "class BackendInfo(NamedTuple):"))
-        if any(old not in text for old, _ in edits):
-            return None
-        for old, new in edits:
-            text = text.replace(old, new)
-        discovery.write_text(text)
-    return folder
-
-
-_LAZY_INIT = """\
-import importlib
-
-_WHERE = {where!r}
-__all__ = sorted([*_WHERE, "__version__"])
-
-
-def __getattr__(name):
-    if name == "__version__":
-        from importlib.metadata import PackageNotFoundError, version
-        try:
-            value = version("core-monitor")
-        except PackageNotFoundError:
-            value = "0+unknown"
-    elif name in _WHERE:
-        value = getattr(importlib.import_module(_WHERE[name], __name__), name)
-    else:
-        raise AttributeError(f"module {{__name__!r}} has no attribute {{name!r}}")
-    globals()[name] = value
-    return value
-"""
 
 
 def _slowest_imports(top: int = 8) -> list[list[Any]]:

@@ -10,36 +10,23 @@ from __future__ import annotations
 import gc
 import os
 import statistics
+import sys
 import time
 from collections.abc import Callable, Sequence
+from importlib import import_module
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
-from core_monitor import Event, hookimpl
+from core_monitor import Event, RunInfo, hookimpl
 
-#: Folders the SDKs read from the environment; the runner points each under a temp dir.
-FOLDER_ENV = (
-    "WANDB_DIR", "WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR", "WANDB_ARTIFACT_DIR",
-    "TRACKIO_DIR", "HF_HOME", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "MPLCONFIGDIR",
-)
-#: Keeps every SDK offline and quiet.
-OFFLINE_ENV = {
-    "WANDB_MODE": "offline",
-    "WANDB_SILENT": "true",
-    "WANDB_CONSOLE": "off",
-    "WANDB_DISABLE_GIT": "true",
-    "WANDB_DISABLE_CODE": "true",
-    "WANDB_ANONYMOUS": "never",
-    "HF_HUB_OFFLINE": "1",
-    "HF_DATASETS_OFFLINE": "1",
-    "TRANSFORMERS_OFFLINE": "1",
-    "GRADIO_ANALYTICS_ENABLED": "False",
-    "DO_NOT_TRACK": "1",
-    "MLFLOW_DISABLE_TELEMETRY": "true",
-}
-#: Environment variables that would change what a Monitor does.
-DROP_ENV = ("WANDB_API_KEY", "HF_TOKEN", "RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS",
-            "EXPERIMENT_MONITORS_DISABLE", "MLFLOW_TRACKING_URI")
+#: The entry-point group backends register in.
+GROUP = "experiment_monitors"
+
+# The offline environment is defined once, in tests/sdk_env.py (standard library only); appended,
+# so that nothing in tests/ can shadow an installed package.
+sys.path.append(str(Path(__file__).resolve().parents[1] / "tests"))
+import sdk_env  # noqa: E402
 
 BACKENDS = ("trackio", "tensorboard", "wandb")
 
@@ -49,14 +36,9 @@ class RowCountError(AssertionError):
 
 
 def sandbox_env(root: Path) -> dict[str, str]:
-    """The process environment with every SDK folder under ``root`` and every SDK offline."""
-    env = {k: v for k, v in os.environ.items() if k not in DROP_ENV}
-    env.update(OFFLINE_ENV)
-    for name in FOLDER_ENV:
-        path = root / "env" / name.lower()
-        path.mkdir(parents=True, exist_ok=True)
-        env[name] = str(path)
-    return env
+    """The process environment with every SDK folder under ``root / "env"``, every SDK offline,
+    and no variable that would change what a Monitor does (``tests/sdk_env.py``)."""
+    return sdk_env.sandbox_env(root / "env")
 
 
 class NullBackend:
@@ -166,31 +148,14 @@ def descendants_hwm_kb() -> int:
 
 
 def stored_count(backend: str, project: str, name: str, log_dir: Path) -> int:
-    """How many scalars ``backend`` stored for the run, read with the plugin's read-back helper."""
-    if backend == "tensorboard":
-        import tensorboard_monitor
+    """How many scalars ``backend`` stored for the run, read with its plugin's ``read_rows``.
 
-        return len(tensorboard_monitor.read_rows(
-            tensorboard_monitor.run_dir(project, name, log_dir)))
-    if backend == "trackio":
-        import trackio_monitor
-
-        return len(trackio_monitor.read_rows(project, name, log_dir))
-    if backend == "wandb":
-        import wandb_monitor
-
-        return len(wandb_monitor.read_rows(_wandb_run_dir(project, name, log_dir)))
-    raise ValueError(backend)
-
-
-def _wandb_run_dir(project: str, name: str, log_dir: Path) -> Path:
-    import wandb_monitor
-
-    found = wandb_monitor.find_run_dirs(log_dir, project=project, name=name)
-    if len(found) != 1:
-        raise RowCountError(f"wandb: expected one run folder for {project}/{name} under "
-                            f"{log_dir}, found {found}")
-    return found[0]
+    The plugin is the package of the class the backend's entry point names; every plugin's
+    ``read_rows(run: RunInfo)`` reads the backend's own storage.
+    """
+    (entry_point,) = entry_points(group=GROUP, name=backend)
+    reader = import_module(entry_point.module.split(".")[0]).read_rows
+    return len(reader(RunInfo(project=project, name=name, log_dir=log_dir)))
 
 
 def check_count(backend: str, project: str, name: str, log_dir: Path, sent: int) -> int:

@@ -96,16 +96,6 @@ def main_rows(results: dict[str, Any]) -> tuple[list[list[str]], list[str]]:
         add("B4", "diagnostic: entry-point scan alone (`entry_points(group=...)` + metadata) "
             "vs the same python", f"{_num(ms['scan']['median'])} ms",
             f"{_num(ms['python']['median'])} ms", _ratio(r["scan_over_python"]), "", "", None)
-        add("B4", "candidate: `monitors list` with a lazy core_monitor/__init__ (PEP 562) "
-            "vs current", f"{_num(ms['list_lazy_init']['median'])} ms",
-            f"{_num(ms['list_c']['median'])} ms", _ratio(r["lazy_init_over_current"]),
-            f"−{_range(r['lazy_init_saved_ms'], 1, ' ms')}", "", None)
-        lean = r.get("candidates_over_python", {}).get("list_lazy_no_dataclass")
-        if lean:
-            add("B4", "candidate: lazy __init__ + discovery.BackendInfo a NamedTuple (no "
-                "dataclasses/inspect import), `python -c` form, vs python",
-                f"{_num(ms['list_lazy_no_dataclass']['median'])} ms",
-                f"{_num(ms['python']['median'])} ms", _ratio(lean), "", "≤1.5×", None)
         slow = ", ".join(f"{name} {t:.0f}" for name, t in r["slowest_imports_ms"])
         add("B4", f"import time of `monitors list`, cumulative ms: {slow}", "", "", "", "", "",
             None)
@@ -149,10 +139,6 @@ def profile_sections(r: dict[str, Any]) -> list[tuple[str, list[str], list[list[
     parts = [[k, _num(v, 0)] for k, v in r["parts_ns"].items()]
     out.append(("Monitor.log, 8 scalars, null backend: where one call's time goes",
                 ["part", "ns"], parts))
-    variants = [[k, _range(v["ns_per_call"], 0), _ratio(v["ratio_vs_current"]),
-                 _range(v["saved_ns_per_call"], 0)] for k, v in r["variants"].items()]
-    out.append(("Candidate hot-path changes (null backend, 8 scalars)",
-                ["variant", "ns/call", "vs current", "saved ns/call"], variants))
     for key, title in (("cprofile_null", "cProfile, null backend (top by own time)"),
                        ("cprofile_tensorboard", "cProfile, tensorboard backend")):
         rows = [[p["function"], str(p["calls"]), f"{p['share'] * 100:.0f}%"] for p in r[key]]

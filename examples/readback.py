@@ -19,44 +19,31 @@ import argparse
 import json
 import math
 import sys
+from importlib import import_module
+from importlib.metadata import entry_points
 from pathlib import Path
 
 import numpy as np
 
+from core_monitor import RunInfo
+
 Rows = list[tuple[str, int, float]]
 
 
-def read_trackio(log_dir: str, project: str, name: str) -> Rows:
-    import trackio_monitor
+def read_backend(backend: str, log_dir: str, project: str, name: str) -> Rows:
+    """The run's rows from ``backend``'s own storage, through its plugin's ``read_rows``.
 
-    return trackio_monitor.read_rows(project, name, log_dir)
-
-
-def read_tensorboard(log_dir: str, project: str, name: str) -> Rows:
-    import tensorboard_monitor
-
-    return tensorboard_monitor.read_rows(tensorboard_monitor.run_dir(project, name, log_dir))
-
-
-def read_wandb(log_dir: str, project: str, name: str) -> Rows:
-    import wandb_monitor
-
-    runs = wandb_monitor.find_run_dirs(log_dir, project=project, name=name)
-    if not runs:
-        raise FileNotFoundError(f"no wandb run {project}/{name} under {log_dir}")
-    return wandb_monitor.read_rows(runs[-1])  # the latest run of that name
+    The plugin is the package of the class the backend's entry point (group
+    ``experiment_monitors``) names; every plugin has ``read_rows(run: RunInfo)``.
+    """
+    found = list(entry_points(group="experiment_monitors", name=backend))
+    if len(found) != 1:
+        raise LookupError(f"{len(found)} installed plugins provide the backend {backend!r}")
+    reader = import_module(found[0].module.split(".")[0]).read_rows
+    return reader(RunInfo(project=project, name=name, log_dir=Path(log_dir)))
 
 
-def read_mlflow(log_dir: str, project: str, name: str) -> Rows:
-    import mlflow_monitor
-    from core_monitor import RunInfo
-
-    # The store train_digits.py used: MLFLOW_TRACKING_URI if set, else <log_dir>/mlflow/mlflow.db.
-    return mlflow_monitor.read_rows(RunInfo(project=project, name=name, log_dir=Path(log_dir)))
-
-
-READERS = {"trackio": read_trackio, "tensorboard": read_tensorboard, "wandb": read_wandb,
-           "mlflow": read_mlflow}
+DEFAULT_BACKENDS = ["trackio", "tensorboard", "wandb", "mlflow"]
 FLOAT32 = {"tensorboard"}  # backends storing float32 (the others store float64 exactly)
 
 
@@ -110,12 +97,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.name is None:
         p.error("give --name (the run name train_digits.py printed) or --record")
     backends = (args.backends.split(",") if args.backends
-                else record["backends"] if record else list(READERS))
+                else record["backends"] if record else DEFAULT_BACKENDS)
     read, problems = {}, []
     for name in backends:
         try:
-            read[name] = [(t, int(s), float(v)) for t, s, v in READERS[name](
-                args.log_dir, args.project, args.name)]
+            read[name] = [(t, int(s), float(v)) for t, s, v in read_backend(
+                name, args.log_dir, args.project, args.name)]
         except Exception as error:  # missing plugin, no such run, unreadable file
             problems.append(f"{name}: cannot read back: {type(error).__name__}: {error}")
     if record:

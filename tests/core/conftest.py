@@ -1,18 +1,18 @@
-"""Fixtures shared by the core's tests."""
+"""Fixtures shared by the core's tests.
+
+``monitor_factory`` (real monitors, closed at teardown) comes from ``core_monitor.testing``,
+which installing ``core-monitor`` registers as a pytest plugin.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
-from core_monitor import Monitor
+from core_monitor.testing import MonitorFactory
 
 
 @pytest.fixture
-def monitors() -> Iterator[list[Monitor]]:
-    """A list a test appends the monitors it opens to; every one is closed at teardown."""
-    made: list[Monitor] = []
-    yield made
-    for monitor in made:
-        monitor.close()
+def make(monitor_factory: MonitorFactory) -> MonitorFactory:
+    """``monitor_factory`` defaulting to the JSON-lines test backend, project ``p``, run ``r``."""
+    monitor_factory.defaults.update(backends=["jsonl"], project="p", name="r")
+    return monitor_factory

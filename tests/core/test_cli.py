@@ -113,6 +113,21 @@ def test_list_check_table_shows_the_error_and_exits_1():
     assert "experiment_monitors_missing_sdk" in broken_row
 
 
+def test_list_check_reports_a_failing_check_sdk_as_an_error():
+    """A plugin that imports but whose SDK changed shape: only --check finds it, via check_sdk."""
+    plain = json_rows(monitors("list", "--json"))
+    assert plain["stale", "stale-monitor"]["status"] == "installed"
+    proc = monitors("list", "--check", "--json")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    stale = json_rows(proc)["stale", "stale-monitor"]["status"]
+    assert stale.startswith("error")
+    assert "stale-monitor 0.0.1" in stale
+    assert "supports fake_sdk>=1,<2" in stale
+    only_stale = ",".join(name for name in installed_backends() if name != "stale")
+    proc = monitors("list", "--check", "--json", env={**os.environ, DISABLE_ENV: only_stale})
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+
+
 def test_list_check_exits_0_when_every_listed_backend_loads():
     """With all but jsonl disabled nothing is broken, so --check succeeds."""
     others = ",".join(name for name in installed_backends() if name != "jsonl")
@@ -121,6 +136,15 @@ def test_list_check_exits_0_when_every_listed_backend_loads():
     statuses = {name: row["status"] for (name, _), row in json_rows(proc).items()}
     assert statuses["jsonl"] == "ok"
     assert statuses["broken"].startswith("disabled")
+
+
+@pytest.mark.parametrize("value", ["*", "all"])
+def test_list_marks_every_backend_disabled_when_all_are(value):
+    proc = monitors("list", "--json", env={**os.environ, DISABLE_ENV: value})
+    assert proc.returncode == 0, proc.stderr
+    by_pair = json_rows(proc)
+    assert sorted(by_pair) == expected_pairs()
+    assert all(row["status"].startswith("disabled") for row in by_pair.values()), by_pair
 
 
 def test_list_imports_no_plugin_and_no_sdk(tmp_path):

@@ -1,13 +1,14 @@
 """The contract kit, run against the JSON-lines backend written for the tests.
 
-This proves the kit itself: every kit test passes for a correct backend. (That the kit fails
-for a wrong one is in test_contract_kit_catches.py.)
+This proves the kit itself: every kit test passes for a correct backend, and (in pytest
+subprocesses, below) fails a wrong one with a message that says what was expected, what was
+stored, and which hook or capability to look at.
 """
 
 from __future__ import annotations
 
 import pytest
-from jsonl_monitor import JsonlMonitor, read_rows
+from jsonl_monitor import JsonlMonitor, read_config, read_rows
 
 from core_monitor.testing import MonitorContract
 
@@ -20,6 +21,15 @@ class TestJsonlBackend(MonitorContract):
     @pytest.fixture
     def read_rows(self):
         return read_rows
+
+    @pytest.fixture
+    def monitor_factory(self):
+        """A plugin's tests may have their own fixture of this name: the kit must not use it."""
+        return "the plugin's own fixture, unrelated to the kit"
+
+    @pytest.fixture
+    def read_config(self):
+        return read_config
 
 
 # The kit must fail a backend that breaks the contract. Each backend below breaks one rule; the
@@ -34,9 +44,13 @@ from core_monitor.testing import MonitorContract
 STORE = {}
 
 
+def key(run):
+    return (str(run.log_dir), run.project, run.name, run.rank)
+
+
 class Base:
     def __init__(self, run):
-        self.rows = STORE.setdefault((str(run.log_dir), run.project, run.name), [])
+        self.rows = STORE.setdefault(key(run), [])
 
     @hookimpl
     def monitor_write(self, events):
@@ -47,14 +61,14 @@ class Base:
 
 
 class OwnCounter(Base):
-    """Numbers points itself: the adapter that dropped the caller's step (case C1)."""
+    """Numbers points itself: the adapter that dropped the caller's step."""
     def step_of(self, event):
         self.counter = getattr(self, "counter", -1) + 1
         return self.counter
 
 
 class DropsOutOfOrder(Base):
-    """Drops a point whose step is lower than an earlier one (case C2)."""
+    """Drops a point whose step is lower than an earlier one."""
     @hookimpl
     def monitor_write(self, events):
         for e in events:
@@ -63,9 +77,9 @@ class DropsOutOfOrder(Base):
 
 
 class LosesNan(Base):
-    """Stores NaN as 0 (case C9)."""
+    """Stores NaN as 0."""
     def __init__(self, run):
-        self.rows = STORE.setdefault((str(run.log_dir), run.project, run.name), _NanToZero())
+        self.rows = STORE.setdefault(key(run), _NanToZero())
 
 
 class _NanToZero(list):
@@ -74,7 +88,7 @@ class _NanToZero(list):
 
 
 def read(run):
-    return list(STORE.get((str(run.log_dir), run.project, run.name), []))
+    return list(STORE.get(key(run), []))
 
 
 class KitFor:
@@ -118,3 +132,173 @@ def test_the_kit_fails_backends_that_break_the_contract(pytester):
         "TestLosesNan::test_nan_and_infinities_round_trip"
     })
     assert "TestDropsOutOfOrder::test_explicit_steps_are_stored_exactly" not in failed
+
+
+# Each backend below breaks one more rule; the kit's message must name the expected and stored
+# data and the hook or capability to fix.
+
+MORE_WRONG_BACKENDS = WRONG_BACKENDS + '''
+import struct
+
+CONFIGS = {}
+
+
+class IgnoresRank(Base):
+    """Writes every rank into rank 0's run."""
+    def __init__(self, run):
+        self.rows = STORE.setdefault(key(run)[:3], [])
+
+
+def read_ignoring_rank(run):
+    return list(STORE.get(key(run)[:3], []))
+
+
+class ForgetsLateConfig(Base):
+    """Stores the config given at start, drops what monitor_config brings."""
+    stores_config = True
+
+    def __init__(self, run):
+        super().__init__(run)
+        CONFIGS[key(run)] = dict(run.config)
+
+    @hookimpl
+    def monitor_config(self, config):
+        pass
+
+
+class UnmarkedFlush(Base):
+    """Forgot @hookimpl on monitor_flush: the core never calls it."""
+    def monitor_flush(self):
+        pass
+
+
+class RoundsToFloat32(Base):
+    """Stores single precision but declares nothing."""
+    @hookimpl
+    def monitor_write(self, events):
+        self.rows.extend((e.tag, e.step, struct.unpack("f", struct.pack("f", e.value))[0])
+                         for e in events)
+
+
+class EscapesTags(Base):
+    """Renames a reserved-looking tag and does not undo it when reading."""
+    @hookimpl
+    def monitor_write(self, events):
+        self.rows.extend(("_" + e.tag if e.tag == "step" else e.tag, e.step, e.value)
+                         for e in events)
+
+
+class ClosesLate(Base):
+    """Claims rows are readable after flush; its file only gets them at close."""
+    def __init__(self, run):
+        super().__init__(run)
+        self.pending = []
+
+    @hookimpl
+    def monitor_write(self, events):
+        self.pending.extend((e.tag, e.step, e.value) for e in events)
+
+    @hookimpl
+    def monitor_close(self):
+        self.rows.extend(self.pending)
+        self.pending = []
+
+
+class BadCapability(Base):
+    rows_readable_after = "never"
+
+
+class ConfigWithoutReader(Base):
+    stores_config = True
+
+
+def kit_for(backend, reader=read):
+    class Kit(MonitorContract):
+        @pytest.fixture
+        def backend_class(self):
+            return backend
+
+        @pytest.fixture
+        def read_rows(self):
+            return reader
+
+    return Kit
+
+
+class TestForgetsLateConfig(kit_for(ForgetsLateConfig)):
+    @pytest.fixture
+    def read_config(self):
+        return lambda run: CONFIGS.get(key(run), {})
+
+
+TestIgnoresRank = kit_for(IgnoresRank, read_ignoring_rank)
+TestUnmarkedFlush = kit_for(UnmarkedFlush)
+TestRoundsToFloat32 = kit_for(RoundsToFloat32)
+TestEscapesTags = kit_for(EscapesTags)
+TestClosesLate = kit_for(ClosesLate)
+TestBadCapability = kit_for(BadCapability)
+TestConfigWithoutReader = kit_for(ConfigWithoutReader)
+'''
+
+
+MESSAGES = [
+    ("TestOwnCounter::test_explicit_steps_are_stored_exactly",
+     "tag 'loss': expected steps [0, 10, 20, 120] (as logged), stored [0, 1, 2, 3]: the backend "
+     "renumbered steps (its own counter from 0) — store event.step as given in monitor_write"),
+    ("TestDropsOutOfOrder::test_step_lower_than_previous_is_stored",
+     "tag 'loss': expected steps [5, 3, 6] (as logged), stored [5, 6]: point(s) at step(s) [3] "
+     "were not stored — monitor_write must store every event, also one whose step is lower"),
+    ("TestLosesNan::test_nan_and_infinities_round_trip",
+     "tag 'a' at step 1: expected value nan (as logged), stored 0.0: NaN and ±inf must be "
+     "stored as such"),
+    ("TestIgnoresRank::test_rank_above_zero_writes_a_run_of_its_own",
+     "rank 1 of run 'ddp': expected (step, value) [(0, 1.0), (1, 1.5)] for tag 'loss', "
+     "read_rows returned {'loss': [(0, 1.0), (1, 1.5), (0, 2.0)]}; on run.rank > 0 the backend "
+     "must write a run of its own"),
+    ("TestForgetsLateConfig::test_config_given_late_is_merged",
+     "config key 'lr': expected 0.002 (given late through Monitor.log_config), stored 0.001: "
+     "monitor_config must merge the mapping it receives into the stored config"),
+    ("TestUnmarkedFlush::test_hooks_are_marked_for_the_core",
+     "UnmarkedFlush.monitor_flush has no @hookimpl marker, so the core never calls it: "
+     "decorate it with core_monitor.hookimpl"),
+    ("TestRoundsToFloat32::test_explicit_steps_are_stored_exactly",
+     "tag 'loss' at step 0: expected value 0.3 (as logged), stored 0.30000001192092896: the "
+     "storage rounds values to single precision — declare the class attribute "
+     "value_dtype = 'float32'"),
+    ("TestEscapesTags::test_tags_a_backend_reserves_round_trip",
+     "tags stored but never logged: ['_step'] (read_rows must return each tag as logged: undo "
+     "any renaming or escaping your storage needs)"),
+    ("TestClosesLate::test_rows_are_readable_after_flush_while_run_is_open",
+     "after monitor_flush with the run still open, expected rows (tag, step) [('loss', 1)], "
+     "read_rows returned []: monitor_flush must make every row written so far readable; if "
+     "your storage cannot, declare rows_readable_after = 'close'"),
+    ("TestBadCapability::test_explicit_steps_are_stored_exactly",
+     "BadCapability.rows_readable_after = 'never' is not one of 'flush', 'close'"),
+]
+
+
+def test_kit_failures_say_expected_stored_and_what_to_fix(pytester):
+    """One pytest run of the kit against every wrong backend: each failure names what was
+    expected, what was stored and the fix; what a backend gets right still passes."""
+    pytester.makepyfile(test_wrong=MORE_WRONG_BACKENDS)
+    result = pytester.runpytest_subprocess("-q", "-rfEs", "-p", "no:cacheprovider")
+    output = result.stdout.str()
+    failed = {line.split("::", 1)[1].split(" ")[0] for line in result.outlines
+              if line.startswith(("FAILED", "ERROR"))}
+    problems = [f"{test_id} passed against a wrong backend" for test_id, _ in MESSAGES
+                if test_id not in failed]
+    problems += [f"{test_id}: message not found: {message!r}" for test_id, message in MESSAGES
+                 if message not in output]
+    assert not problems, "\n".join(problems) + "\n--- kit output\n" + output[-8000:]
+
+    for wrong in ("TestIgnoresRank", "TestForgetsLateConfig", "TestEscapesTags",
+                  "TestConfigWithoutReader"):
+        assert f"{wrong}::test_explicit_steps_are_stored_exactly" not in failed, output[-3000:]
+    assert "TestForgetsLateConfig::test_config_given_at_start_is_stored" not in failed
+    assert "TestClosesLate::test_close_is_idempotent" not in failed
+    assert ("the backend declares stores_config = True but the test class has no read_config "
+            "fixture") in output
+    # The kit tests that check the core's guarantees pass whatever the backend stores.
+    core_checks = ("test_core_runs_a_backend_with_only_monitor_write",
+                   "test_no_hook_is_called_after_close")
+    assert not {f for f in failed if f.endswith(core_checks)}, output[-3000:]

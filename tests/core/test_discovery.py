@@ -2,7 +2,7 @@
 
 Uses the test distributions in ``tests/fixtures`` (installed in the test environment):
 ``jsonl-monitor`` (``jsonl``, ``twin``), ``twin-monitor`` (``twin``: a conflict) and
-``broken-monitor`` (``broken``: its module raises ``ModuleNotFoundError``, case C7).
+``broken-monitor`` (``broken``: its module raises ``ModuleNotFoundError``).
 """
 
 from __future__ import annotations
@@ -17,8 +17,21 @@ import pytest
 from _imports import imported, modules_after
 from jsonl_monitor import read_rows
 
-from core_monitor import BackendLoadError, ConfigError, Monitor, UnknownBackendError
-from core_monitor.discovery import DISABLE_ENV, GROUP, find_backend, installed_backends
+from core_monitor import (
+    BackendLoadError,
+    ConfigError,
+    ConfigWarning,
+    Monitor,
+    UnknownBackendError,
+)
+from core_monitor.discovery import (
+    DISABLE_ENV,
+    GROUP,
+    check_backend,
+    find_backend,
+    installed_backends,
+    load_backend,
+)
 
 PLUGIN_MODULES = ("jsonl_monitor", "twin_monitor", "broken_monitor")
 
@@ -75,7 +88,7 @@ def test_selecting_a_conflicting_name_with_find_backend_names_both_distributions
 
 
 def test_selecting_a_conflicting_name_in_monitor_is_an_error_and_jsonl_still_works(
-    tmp_path, monitors
+    tmp_path, monitor_factory
 ):
     with pytest.raises(ConfigError, match="twin") as info:
         Monitor(["twin"], project="conflict", log_dir=tmp_path)
@@ -83,7 +96,7 @@ def test_selecting_a_conflicting_name_in_monitor_is_an_error_and_jsonl_still_wor
     assert "twin-monitor" in str(info.value)
 
     monitor = Monitor(["jsonl"], project="conflict", name="after", log_dir=tmp_path)
-    monitors.append(monitor)
+    monitor_factory.add(monitor)
     monitor.log({"loss": 0.5}, step=7)
     monitor.close()
     assert read_rows(monitor.run) == [("loss", 7, 0.5)]
@@ -96,7 +109,7 @@ def test_conflict_with_a_healthy_name_selects_nothing(tmp_path):
     assert not (tmp_path / "conflict" / "both.jsonl").exists()
 
 
-# Unknown names (case C11) -------------------------------------------------------------------
+# Unknown names -------------------------------------------------------------------------------
 
 
 def test_misspelt_name_suggests_the_installed_one_and_lists_installed_names():
@@ -131,7 +144,7 @@ def _trackio_monitor_installed() -> bool:
 
 @pytest.mark.skipif(not _trackio_monitor_installed(), reason="trackio-monitor is not installed")
 def test_trakio_suggests_trackio():
-    """Case C11 as users met it."""
+    """The misspelling users made: one letter dropped from an installed name."""
     with pytest.raises(UnknownBackendError) as info:
         Monitor(["trakio"], project="typo")
     assert "Did you mean 'trackio'?" in str(info.value)
@@ -141,28 +154,38 @@ def test_trakio_suggests_trackio():
 # Disabling ---------------------------------------------------------------------------------
 
 
-def test_disabled_backend_cannot_be_selected(monkeypatch, tmp_path):
+def test_disabled_backend_is_refused_by_find_backend_and_skipped_by_monitor(
+    monkeypatch, tmp_path, monitor_factory
+):
+    """``find_backend`` (one name, as ``strict=True`` selects) refuses a disabled name;
+    ``Monitor`` skips it with a warning (tests/core/test_selection.py has the rest)."""
     monkeypatch.setenv(DISABLE_ENV, "jsonl")
     with pytest.raises(ConfigError, match="disabled") as info:
         find_backend("jsonl")
     assert DISABLE_ENV in str(info.value)
-    with pytest.raises(ConfigError, match="disabled"):
-        Monitor(["jsonl"], project="off", name="r", log_dir=tmp_path)
+    with pytest.warns(ConfigWarning, match="'jsonl' is disabled"):
+        monitor = monitor_factory(["jsonl"], project="off", name="r", log_dir=tmp_path)
+    assert monitor.backends == []
+    monitor.log({"x": 1.0}, step=0)
+    monitor.close()
     assert not (tmp_path / "off").exists()
 
 
-def test_disabled_backend_is_hidden_from_suggestions(monkeypatch):
+def test_disabled_backend_is_still_suggested(monkeypatch):
+    """Selecting a disabled backend is not an error, so a typo of one still gets its name."""
     monkeypatch.setenv(DISABLE_ENV, "jsonl")
     with pytest.raises(UnknownBackendError) as info:
         find_backend("jsnol")
-    assert "jsonl" not in info.value.installed
-    assert "Did you mean 'jsonl'" not in str(info.value)
+    assert "jsonl" in info.value.installed
+    assert "Did you mean 'jsonl'" in str(info.value)
 
 
-def test_disabling_other_backends_leaves_the_selected_one_working(monkeypatch, tmp_path, monitors):
+def test_disabling_other_backends_leaves_the_selected_one_working(
+    monkeypatch, tmp_path, monitor_factory
+):
     monkeypatch.setenv(DISABLE_ENV, " broken , twin ")
     monitor = Monitor(["jsonl"], project="on", name="r", log_dir=tmp_path)
-    monitors.append(monitor)
+    monitor_factory.add(monitor)
     monitor.log({"acc": 1.0}, step=3)
     monitor.close()
     assert read_rows(monitor.run) == [("acc", 3, 1.0)]
@@ -182,7 +205,7 @@ def test_monitors_list_shows_a_disabled_backend(tmp_path):
     assert not rows["broken", "broken-monitor"]["status"].startswith("disabled")
 
 
-# A broken plugin (case C7) -----------------------------------------------------------------
+# A broken plugin -----------------------------------------------------------------------------
 
 
 def test_broken_plugin_raises_backend_load_error_naming_distribution_version_and_package():
@@ -201,14 +224,28 @@ def test_broken_plugin_raises_backend_load_error_naming_distribution_version_and
     assert isinstance(error.__cause__, ModuleNotFoundError)
 
 
-def test_backend_load_error_name_is_the_backend_name():
-    """``BackendLoadError.name`` is documented as the backend name."""
+def test_check_backend_runs_check_sdk_and_names_the_plugin():
+    (info,) = installed_backends()["stale"]
+    assert load_backend(info).__name__ == "StaleMonitor"  # loading alone succeeds
+    with pytest.raises(BackendLoadError) as raised:
+        check_backend(info)
+    error = raised.value
+    assert (error.backend, error.distribution, error.version) == ("stale", "stale-monitor", "0.0.1")
+    assert "supports fake_sdk>=1,<2" in str(error)
+    assert isinstance(error.__cause__, ImportError)
+    (jsonl,) = installed_backends()["jsonl"]
+    assert check_backend(jsonl).__name__ == "JsonlMonitor"  # no check_sdk: loading is the check
+
+
+def test_backend_load_error_backend_is_the_backend_name():
+    """``BackendLoadError.backend`` is the backend name; ``ImportError.name`` is left alone."""
     with pytest.raises(BackendLoadError) as info:
         Monitor(["broken"], project="c7")
-    assert info.value.name == "broken"
+    assert info.value.backend == "broken"
+    assert info.value.name is None
 
 
-def test_other_backends_still_log_after_a_plugin_failed_to_load(tmp_path, monitors):
+def test_other_backends_still_log_after_a_plugin_failed_to_load(tmp_path, monitor_factory):
     with pytest.raises(BackendLoadError):
         Monitor(["broken"], project="c7", log_dir=tmp_path)
     with pytest.raises(BackendLoadError):  # nothing half-started when one selected plugin breaks
@@ -216,7 +253,7 @@ def test_other_backends_still_log_after_a_plugin_failed_to_load(tmp_path, monito
     assert not (tmp_path / "c7" / "mixed.jsonl").exists()
 
     monitor = Monitor(["jsonl"], project="c7", name="healthy", log_dir=tmp_path)
-    monitors.append(monitor)
+    monitor_factory.add(monitor)
     monitor.log({"loss": 0.25}, step=0)
     monitor.log({"loss": 0.125})
     monitor.close()

@@ -1,4 +1,4 @@
-"""Lifecycle: close once, in reverse start order, also on errors (C4), at exit (C3) and SIGTERM."""
+"""Lifecycle: close once, in reverse start order, also on errors, at exit and on SIGTERM."""
 
 from __future__ import annotations
 
@@ -89,10 +89,10 @@ def count(journal: list[tuple[str, str]], hook: str, name: str) -> int:
     return journal.count((hook, name))
 
 
-# Case C3: the process ends without close() ------------------------------------------------
+# The process ends without close() -------------------------------------------------------
 
 
-def test_c3_rows_logged_by_a_dropped_monitor_survive_a_normal_exit(tmp_path):
+def test_rows_logged_by_a_dropped_monitor_survive_a_normal_exit(tmp_path):
     proc = run_child(
         """
         import gc, sys
@@ -185,10 +185,10 @@ def test_sigterm_runs_the_users_own_handler_installed_before_the_monitor(tmp_pat
     assert read_rows(jsonl_run(tmp_path, "term", "run")) == expected
 
 
-# Case C4: an exception inside `with` ------------------------------------------------------
+# An exception inside `with` -------------------------------------------------------------
 
 
-def test_c4_error_in_with_block_propagates_and_closes_every_backend_once(tmp_path):
+def test_error_in_with_block_propagates_and_closes_every_backend_once(tmp_path):
     journal: list[tuple[str, str]] = []
     counting = make_backend("counting", journal)
     with pytest.raises(RuntimeError, match="training diverged"):  # noqa: SIM117
@@ -213,11 +213,11 @@ def test_close_twice_closes_each_backend_once(tmp_path):
     assert count(journal, "flush", "a") == 1
 
 
-def test_close_flushes_then_closes_in_reverse_start_order(tmp_path, monitors):
+def test_close_flushes_then_closes_in_reverse_start_order(tmp_path, monitor_factory):
     journal: list[tuple[str, str]] = []
     names = ["first", "second", "third"]
     monitor = Monitor([make_backend(n, journal) for n in names], project="order", log_dir=tmp_path)
-    monitors.append(monitor)
+    monitor_factory.add(monitor)
     assert monitor.backends == names
     assert [n for hook, n in journal if hook == "start"] == names
     monitor.log({"x": 1.0})

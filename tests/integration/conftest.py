@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sdk_env import offline_env  # tests/sdk_env.py (tests/ is on sys.path via tests/conftest.py)
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -34,11 +35,6 @@ SOURCES = {
     "broken-monitor": ROOT / "tests" / "fixtures" / "broken_monitor",
 }
 PLUGINS = ("trackio-monitor", "tensorboard-monitor", "wandb-monitor", "mlflow-monitor")
-# The SDKs' folders (as in tests/conftest.py), set under a temporary folder for each command.
-SDK_FOLDERS = (
-    "WANDB_DIR", "WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR", "WANDB_ARTIFACT_DIR",
-    "TRACKIO_DIR", "HF_HOME", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "MPLCONFIGDIR",
-)
 # Variables that must not leak from the test process into a user's venv.
 _DROP = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "VIRTUAL_ENV", "CONDA_PREFIX",
          "PYTEST_CURRENT_TEST", "PYTEST_ADDOPTS", "__PYVENV_LAUNCHER__")
@@ -139,7 +135,7 @@ class Venv:
         name = str(args[0])
         command = [str(self.bin / name) if (self.bin / name).exists() else name,
                    *map(str, args[1:])]
-        env = self.env(None if sdk_root is None else sdk_env(sdk_root))
+        env = self.env(None if sdk_root is None else offline_env(sdk_root))
         done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True,
                               timeout=timeout)
         if expect is not None and done.returncode != expect:
@@ -151,15 +147,6 @@ class Venv:
         """Run ``python -c code *argv`` in the venv; parse the last stdout line as JSON."""
         done = self.run(["python", "-c", code, *argv], cwd=cwd)
         return json.loads(done.stdout.strip().splitlines()[-1])
-
-
-def sdk_env(root: Path) -> dict[str, str]:
-    """Every SDK folder variable pointing under ``root``, offline (for module-scoped fixtures,
-    which run before ``tests/conftest.py`` points the folders under the test's ``tmp_path``)."""
-    env = {name: str(root / name.lower()) for name in SDK_FOLDERS}
-    for path in env.values():
-        Path(path).mkdir(parents=True, exist_ok=True)
-    return {**env, "WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1"}
 
 
 def make_venv(path: Path, *requirements: str | Path) -> Venv:
@@ -180,3 +167,17 @@ def full_venv(tmp_path_factory: pytest.TempPathFactory, wheels: dict[str, Path])
 def core_venv(tmp_path_factory: pytest.TempPathFactory, wheels: dict[str, Path]) -> Venv:
     """``core-monitor`` alone: no backend installed."""
     return make_venv(tmp_path_factory.mktemp("venvs") / "core-only", wheels["core-monitor"])
+
+
+@pytest.fixture(scope="session")
+def build_wheel() -> Any:
+    """``build_wheel(folder, out)``: build ``folder`` with ``uv build --wheel`` into ``out``;
+    return the wheel's path (for distributions a test generates, such as ``monitors new``)."""
+
+    def build(folder: Path, out: Path) -> Path:
+        before = set(out.glob("*.whl")) if out.exists() else set()
+        uv("build", "--wheel", "--quiet", "--out-dir", str(out), str(folder))
+        (wheel,) = set(out.glob("*.whl")) - before
+        return wheel
+
+    return build

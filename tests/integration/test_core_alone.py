@@ -1,4 +1,4 @@
-"""``core-monitor`` installed alone, then a plugin whose SDK is missing (case C5)."""
+"""``core-monitor`` installed alone, then a plugin whose SDK is missing."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ try:
     Monitor(["trackio"], project="p", name="r", log_dir="runs")
 except BackendLoadError as error:
     print(json.dumps({"raised": type(error).__name__, "message": str(error),
-                      "name": error.name, "distribution": error.distribution,
+                      "backend": error.backend, "distribution": error.distribution,
                       "missing": error.missing}))
 else:
     print(json.dumps({"raised": None}))
@@ -45,20 +45,20 @@ def trackio_plugin_without_sdk(core_venv: Venv, wheels: dict[str, Path]) -> Iter
         core_venv.uninstall("trackio-monitor")
 
 
-def test_c5_selecting_a_backend_whose_sdk_is_missing_raises_backend_load_error(
+def test_selecting_a_backend_whose_sdk_is_missing_raises_backend_load_error(
     trackio_plugin_without_sdk: Venv, tmp_path: Path
 ) -> None:
     venv = trackio_plugin_without_sdk
     result = venv.python_json(SELECT_TRACKIO, cwd=tmp_path)
     assert result["raised"] == "BackendLoadError"
-    assert result["name"] == "trackio"
+    assert result["backend"] == "trackio"
     assert result["distribution"] == "trackio-monitor"
     assert result["missing"] == "trackio"
     assert "pip install trackio" in result["message"]
     assert not (tmp_path / "runs").exists()
 
 
-def test_c5_monitors_list_check_shows_the_plugin_broken_and_exits_1(
+def test_monitors_list_check_shows_the_plugin_broken_and_exits_1(
     trackio_plugin_without_sdk: Venv, tmp_path: Path
 ) -> None:
     venv = trackio_plugin_without_sdk

@@ -3,7 +3,7 @@
 A new backend is a distribution declaring an entry point in ``experiment_monitors``; nothing in
 ``core-monitor`` is edited, rebuilt or configured for it (the venv's core is the same wheel
 throughout). ``jsonl-monitor`` (tests/fixtures) is a healthy one; ``broken-monitor``'s module
-raises ``ModuleNotFoundError`` on import (case C7).
+raises ``ModuleNotFoundError`` on import.
 """
 
 from __future__ import annotations
@@ -41,8 +41,10 @@ else:
 """
 
 READ_TRACKIO = """
-import json, trackio_monitor
-print(json.dumps(trackio_monitor.read_rows("third", "r1", "runs")))
+import json, pathlib, trackio_monitor
+from core_monitor import RunInfo
+run = RunInfo(project="third", name="r1", log_dir=pathlib.Path("runs"))
+print(json.dumps(trackio_monitor.read_rows(run)))
 """
 
 EXPECTED = [["loss", 0, 0.5], ["loss", 10, 0.25], ["acc", 10, 0.75], ["loss", 11, 0.125]]
@@ -93,7 +95,7 @@ def with_broken(full_venv: Venv, wheels: dict[str, Path]) -> Iterator[Venv]:
     yield from installed(full_venv, wheels, "broken-monitor")
 
 
-def test_c7_a_plugin_failing_on_import_breaks_neither_the_cli_nor_other_backends(
+def test_a_plugin_failing_on_import_breaks_neither_the_cli_nor_other_backends(
     with_broken: Venv, tmp_path: Path
 ) -> None:
     venv = with_broken

@@ -168,6 +168,10 @@ class TestMlflowServerContract(MonitorContract):
     def read_rows(self, mlflow_server):
         return functools.partial(read_rows, tracking_uri=mlflow_server.uri)
 
+    @pytest.fixture
+    def read_config(self, mlflow_server):
+        return functools.partial(read_config, tracking_uri=mlflow_server.uri)
+
 
 class TestMlflowSqliteContract(MonitorContract):
     @pytest.fixture
@@ -181,6 +185,10 @@ class TestMlflowSqliteContract(MonitorContract):
     @pytest.fixture
     def read_rows(self, sqlite_uri):
         return functools.partial(read_rows, tracking_uri=sqlite_uri)
+
+    @pytest.fixture
+    def read_config(self, sqlite_uri):
+        return functools.partial(read_config, tracking_uri=sqlite_uri)
 
 
 @pytest.fixture

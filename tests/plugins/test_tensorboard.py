@@ -16,17 +16,14 @@ import time
 from pathlib import Path
 
 import pytest
+from _subprocess import imported_after, load_error_after
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.backend.event_processing.event_file_loader import LegacyEventFileLoader
 from tensorboard.plugins.hparams import metadata as hparams_metadata
 
 from core_monitor import ConfigError, Monitor, RunInfo
 from core_monitor.testing import MonitorContract
-from tensorboard_monitor import TensorBoardMonitor, hparam_value, read_rows, run_dir
-
-
-def rows_of(run: RunInfo) -> list[tuple[str, int, float]]:
-    return read_rows(run_dir(run.project, run.name, run.log_dir))
+from tensorboard_monitor import TensorBoardMonitor, hparam_value, read_config, read_rows, run_dir
 
 
 def raw_events(folder: Path) -> list:
@@ -62,7 +59,11 @@ class TestTensorBoardContract(MonitorContract):
 
     @pytest.fixture
     def read_rows(self):
-        return rows_of
+        return read_rows
+
+    @pytest.fixture
+    def read_config(self):
+        return read_config
 
 
 @pytest.fixture
@@ -77,7 +78,7 @@ def test_c1_explicit_steps_reach_the_event_file_by_entry_point_name(logs):
     with Monitor(["tensorboard"], project="p", name="c1", log_dir=logs) as monitor:
         for step in (0, 10, 20, 120):
             monitor.log({"loss": 0.3}, step=step)
-    assert [(t, s) for t, s, _ in read_rows(logs / "p" / "c1")] == [
+    assert [(t, s) for t, s, _ in read_rows(monitor.run)] == [
         ("loss", 0), ("loss", 10), ("loss", 20), ("loss", 120)
     ]
 
@@ -87,7 +88,7 @@ def test_c2_lower_step_is_kept_in_file_order_and_next_step_is_max_plus_one(logs)
         monitor.log({"loss": 1.0}, step=5)
         monitor.log({"loss": 2.0}, step=3)
         monitor.log({"loss": 3.0})
-    assert read_rows(logs / "p" / "c2") == [("loss", 5, 1.0), ("loss", 3, 2.0), ("loss", 6, 3.0)]
+    assert read_rows(monitor.run) == [("loss", 5, 1.0), ("loss", 3, 2.0), ("loss", 6, 3.0)]
     assert [e.step for e in scalar_events(logs / "p" / "c2")] == [5, 3, 6]
 
 
@@ -104,16 +105,9 @@ def test_c3_process_exiting_without_close_loses_no_point(logs, options):
         """
     )
     subprocess.run([sys.executable, "-c", script], check=True, timeout=120, env=os.environ.copy())
-    assert read_rows(logs / "p" / "c3") == [("loss", 0, 0.0), ("loss", 1, 0.5), ("loss", 2, 1.0)]
-
-
-def test_c9_nan_and_infinities_are_stored_as_such(logs):
-    with Monitor(["tensorboard"], project="p", name="c9", log_dir=logs) as monitor:
-        monitor.log({"nan": math.nan, "inf": math.inf, "-inf": -math.inf}, step=1)
-    got = {tag: value for tag, _, value in read_rows(logs / "p" / "c9")}
-    assert math.isnan(got["nan"])
-    assert got["inf"] == math.inf
-    assert got["-inf"] == -math.inf
+    assert read_rows(RunInfo("p", "c3", log_dir=logs)) == [
+        ("loss", 0, 0.0), ("loss", 1, 0.5), ("loss", 2, 1.0)
+    ]
 
 
 # Storage: one Event per step row, wall time, float32, layout ----------------------------------
@@ -143,7 +137,7 @@ def test_event_wall_time_is_the_time_of_the_log_call(logs):
 def test_values_are_float32(logs):
     with Monitor(["tensorboard"], project="p", name="f32", log_dir=logs) as monitor:
         monitor.log({"tenth": 0.1, "huge": 1e39, "tiny": 1e-50}, step=0)
-    got = {tag: value for tag, _, value in read_rows(logs / "p" / "f32")}
+    got = {tag: value for tag, _, value in read_rows(RunInfo("p", "f32", log_dir=logs))}
     assert got == {"tenth": 0.10000000149011612, "huge": math.inf, "tiny": 0.0}
 
 
@@ -151,7 +145,7 @@ def test_read_rows_returns_more_than_tensorboards_default_10000_points_per_tag(l
     with Monitor(["tensorboard"], project="p", name="long", log_dir=logs) as monitor:
         for step in range(10_050):
             monitor.log({"loss": float(step)}, step=step)
-    rows = read_rows(logs / "p" / "long")
+    rows = read_rows(RunInfo("p", "long", log_dir=logs))
     assert [s for _, s, _ in rows] == list(range(10_050))
     assert [v for _, _, v in rows] == [float(s) for s in range(10_050)]
 
@@ -170,7 +164,7 @@ def test_without_log_dir_runs_go_under_dot_runs(tmp_path, monkeypatch):
     with Monitor(["tensorboard"], project="p", name="default") as monitor:
         monitor.log({"loss": 1.0}, step=0)
     assert run_dir("p", "default", None) == tmp_path / "runs" / "p" / "default"
-    assert read_rows(tmp_path / "runs" / "p" / "default") == [("loss", 0, 1.0)]
+    assert read_rows(RunInfo("p", "default")) == [("loss", 0, 1.0)]
 
 
 def test_changing_directory_after_start_does_not_move_the_run(tmp_path, monkeypatch):
@@ -180,7 +174,7 @@ def test_changing_directory_after_start_does_not_move_the_run(tmp_path, monkeypa
         elsewhere.mkdir()
         monkeypatch.chdir(elsewhere)
         monitor.log({"loss": 1.0}, step=0)
-    assert read_rows(tmp_path / "rel" / "p" / "cwd") == [("loss", 0, 1.0)]
+    assert read_rows(RunInfo("p", "cwd", log_dir=tmp_path / "rel")) == [("loss", 0, 1.0)]
     assert not (elsewhere / "rel").exists()
 
 
@@ -190,7 +184,7 @@ def test_filename_suffix_ends_the_event_file_name(logs):
         monitor.log({"loss": 1.0}, step=0)
     (path,) = (logs / "p" / "sfx").iterdir()
     assert path.name.endswith(".v2")
-    assert read_rows(path.parent) == [("loss", 0, 1.0)]
+    assert read_rows(monitor.run) == [("loss", 0, 1.0)]
 
 
 def test_rank_above_zero_writes_its_own_sub_run(logs, monkeypatch):
@@ -199,7 +193,9 @@ def test_rank_above_zero_writes_its_own_sub_run(logs, monkeypatch):
     with Monitor(["tensorboard"], project="p", name="ddp", log_dir=logs,
                  rank_zero_only=False, config={"lr": 0.1}) as monitor:
         monitor.log({"loss": 1.0}, step=0)
-    assert read_rows(logs / "p" / "ddp" / "rank1") == [("loss", 0, 1.0)]
+    assert monitor.run.rank == 1
+    assert read_rows(monitor.run) == [("loss", 0, 1.0)]  # the rank's own sub-run
+    assert [e.step for e in scalar_events(logs / "p" / "ddp" / "rank1")] == [0]
     assert session_start_info(logs / "p" / "ddp" / "rank1") is None  # hparams: rank 0 only
 
 
@@ -220,7 +216,7 @@ def test_config_is_written_as_hparams_session_start_info(logs):
         "tag": "größe", "big": str(2**60), "steps": 1000.0,
     }
     assert info.group_name == "p/hp"
-    assert read_rows(logs / "p" / "hp") == [("loss", 0, 1.0)]  # hparams are not scalars
+    assert read_rows(monitor.run) == [("loss", 0, 1.0)]  # hparams are not scalars
 
 
 def test_hparams_false_or_empty_config_writes_no_hparams(logs):
@@ -280,9 +276,90 @@ def test_flush_after_close_does_nothing_and_close_twice_is_safe(logs):
     backend.monitor_close()
     backend.monitor_flush()
     backend.monitor_close()
-    assert read_rows(logs / "p" / "direct") == []
+    assert read_rows(RunInfo("p", "direct", log_dir=logs)) == []
 
 
 def test_read_rows_of_a_missing_folder_raises(tmp_path):
     with pytest.raises(FileNotFoundError):
-        read_rows(tmp_path / "nothing")
+        read_rows(RunInfo("p", "nothing", log_dir=tmp_path))
+
+
+# Late config, lazy import, SDK check ----------------------------------------------------------
+
+
+def test_config_given_before_the_first_log_is_merged_into_the_hparams(logs):
+    with Monitor(["tensorboard"], project="p", name="late", log_dir=logs,
+                 config={"lr": 0.1, "layers": 2}) as monitor:
+        monitor.log_config({"lr": 0.2, "batch": 32})  # e.g. Lightning's log_hyperparams
+        monitor.log({"loss": 1.0}, step=0)
+        monitor.flush()
+        assert read_config(monitor.run) == {"lr": 0.2, "layers": 2.0, "batch": 32.0}
+    info = session_start_info(logs / "p" / "late")  # what TensorBoard's HParams plugin reads
+    assert {k: v.number_value for k, v in info.hparams.items()} == {
+        "lr": 0.2, "layers": 2.0, "batch": 32.0
+    }
+    starts = [e for e in raw_events(logs / "p" / "late")
+              if any(v.tag == hparams_metadata.SESSION_START_INFO_TAG for v in e.summary.value)]
+    assert len(starts) == 1
+
+
+def test_config_only_through_log_config_is_written_as_hparams(logs):
+    with Monitor(["tensorboard"], project="p", name="only-late", log_dir=logs) as monitor:
+        monitor.log_config({"opt": "adam"})
+    assert read_config(monitor.run) == {"opt": "adam"}
+
+
+def test_config_after_a_log_but_before_the_first_flush_reaches_the_hparams(logs):
+    with Monitor(["tensorboard"], project="p", name="after-log", log_dir=logs,
+                 config={"lr": 0.1}) as monitor:
+        monitor.log({"loss": 1.0}, step=0)
+        monitor.log_config({"lr": 0.2})
+    assert read_config(monitor.run) == {"lr": 0.2}
+
+
+def test_config_after_the_hparams_were_written_warns_and_tensorboard_keeps_the_first(logs):
+    with Monitor(["tensorboard"], project="p", name="too-late", log_dir=logs,
+                 config={"lr": 0.1}) as monitor:
+        monitor.log({"loss": 1.0}, step=0)
+        monitor.flush()
+        with pytest.warns(RuntimeWarning, match=r"\['lr'\].*first HParams"):
+            monitor.log_config({"lr": 0.2})
+    assert read_config(monitor.run) == {"lr": 0.1}
+    assert monitor.failures == {}
+
+
+def test_tensorboard_shows_only_the_first_session_start_info_of_a_run(tmp_path):
+    """Why HParams are written once: TensorBoard keeps the first plugin data per tag and run."""
+    from tensorboard.compat.proto import event_pb2
+    from tensorboard.plugins.hparams import summary_v2
+    from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+    writer = EventFileWriter(str(tmp_path / "p" / "r"))
+    for lr in (0.1, 0.2):
+        summary = summary_v2.hparams_pb({"lr": lr}, trial_id="p/r", start_time_secs=1.0)
+        writer.add_event(event_pb2.Event(wall_time=1.0, step=0, summary=summary))
+    writer.close()
+    assert session_start_info(tmp_path / "p" / "r").hparams["lr"].number_value == 0.1
+    assert read_config(RunInfo("p", "r", log_dir=tmp_path)) == {"lr": 0.1}
+
+
+def test_importing_the_plugin_imports_no_sdk():
+    """A rank that writes nothing imports the plugin (the core checks options from the class)
+    but must not pay for TensorBoard and its dependencies."""
+    statement = "from tensorboard_monitor import TensorBoardMonitor, read_config, read_rows"
+    assert imported_after(statement, ("tensorboard", "numpy", "google.protobuf", "grpc")) == []
+
+
+def test_check_sdk_passes_for_the_installed_tensorboard():
+    TensorBoardMonitor.check_sdk()
+
+
+def test_a_tensorboard_without_the_writer_the_plugin_uses_fails_loudly():
+    """Simulates a TensorBoard release that changed ``EventFileWriter``."""
+    message = load_error_after(
+        "from tensorboard.summary.writer import event_file_writer\n"
+        "from tensorboard_monitor import TensorBoardMonitor\n"
+        "del event_file_writer.EventFileWriter.add_event",
+        "TensorBoardMonitor.check_sdk()",
+    )
+    assert "EventFileWriter.add_event" in message and "tensorboard<3,>=2.21" in message

@@ -9,20 +9,17 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import socketserver
-import subprocess
-import sys
-import textwrap
 import threading
 from pathlib import Path
 
 import pytest
 import trackio
+from _subprocess import imported_after, load_error_after, run_python
 from trackio import context_vars, utils
 from trackio.sqlite_storage import SQLiteStorage
 
-from core_monitor import ConfigError, Monitor
+from core_monitor import ConfigError, Monitor, RunInfo
 from core_monitor.testing import MonitorContract
 from trackio_monitor import TrackioMonitor, read_config, read_rows, trackio_dir
 
@@ -34,10 +31,11 @@ class TestTrackioContract(MonitorContract):
 
     @pytest.fixture
     def read_rows(self):
-        def read(run):
-            return read_rows(run.project, run.name, run.log_dir)
+        return read_rows
 
-        return read
+    @pytest.fixture
+    def read_config(self):
+        return read_config
 
 
 @pytest.fixture
@@ -54,13 +52,6 @@ def _steps(rows, tag="loss"):
     return [(step, value) for t, step, value in rows if t == tag]
 
 
-def _run_python(code: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    result = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        capture_output=True, text=True, timeout=120, env={**os.environ, **(env or {})},
-    )
-    assert result.returncode == 0, result.stderr
-    return result
 
 
 # Cases from real users ------------------------------------------------------------------------
@@ -69,35 +60,22 @@ def test_c1_explicit_steps_are_stored_exactly(log_dir):
     with Monitor(["trackio"], project="c1", name="r", log_dir=log_dir) as monitor:
         for step, loss in zip([0, 10, 20, 120], [0.3, 0.25, 0.2, 0.1], strict=True):
             monitor.log({"loss": loss}, step=step)
-    assert read_rows("c1", "r", log_dir) == [
+    assert read_rows(RunInfo("c1", "r", log_dir=log_dir)) == [
         ("loss", 0, 0.3), ("loss", 10, 0.25), ("loss", 20, 0.2), ("loss", 120, 0.1)
     ]
 
 
-def test_c2_lower_step_is_kept_and_next_auto_step_is_max_plus_one(log_dir):
-    with Monitor(["trackio"], project="c2", name="r", log_dir=log_dir) as monitor:
-        monitor.log({"loss": 1.0}, step=5)
-        monitor.log({"loss": 2.0}, step=3)
-        monitor.log({"loss": 3.0})
-    assert _steps(read_rows("c2", "r", log_dir)) == [(5, 1.0), (3, 2.0), (6, 3.0)]
-
-
 def test_c3_rows_survive_a_process_that_exits_without_close(log_dir):
-    _run_python(f"""
+    run_python(f"""
         from core_monitor import Monitor
         monitor = Monitor(["trackio"], project="c3", name="r", log_dir={str(log_dir)!r})
         for step in range(3):
             monitor.log({{"loss": step / 2}}, step=step)
         # no close(), no flush(): the process simply ends
     """)
-    assert read_rows("c3", "r", log_dir) == [("loss", 0, 0.0), ("loss", 1, 0.5), ("loss", 2, 1.0)]
-
-
-def test_c9_nan_and_infinities_round_trip_through_trackio_json(log_dir):
-    with Monitor(["trackio"], project="c9", name="r", log_dir=log_dir) as monitor:
-        monitor.log({"a": math.nan, "b": math.inf, "c": -math.inf}, step=0)
-    rows = {tag: value for tag, _, value in read_rows("c9", "r", log_dir)}
-    assert math.isnan(rows["a"]) and rows["b"] == math.inf and rows["c"] == -math.inf
+    assert read_rows(RunInfo("c3", "r", log_dir=log_dir)) == [
+        ("loss", 0, 0.0), ("loss", 1, 0.5), ("loss", 2, 1.0)
+    ]
 
 
 def test_c10_odd_config_is_stored_json_safe_in_trackio_configs(log_dir):
@@ -105,16 +83,19 @@ def test_c10_odd_config_is_stored_json_safe_in_trackio_configs(log_dir):
     with Monitor(["trackio"], project="c10", name="r", config=config, log_dir=log_dir) as monitor:
         monitor.log({"loss": 1.0}, step=0)
         monitor.flush()
-        # Trackio's own reader sees the config while the run is open
-        assert SQLiteStorage.get_run_config("c10", "r")["layers"] == [64, 64]
-    stored = read_config("c10", "r", log_dir)
+        # Trackio's own reader sees the config while the run is open, with its own keys
+        own = SQLiteStorage.get_run_config("c10", "r")
+        assert own["layers"] == [64, 64]
+        assert own["config._private"] == 1  # Trackio refuses "_" keys: stored with a prefix
+        assert own["_Username"] is None  # no Hub look-up
+    stored = read_config(monitor.run)
     json.dumps(stored, allow_nan=False)  # JSON-safe
     assert stored["layers"] == [64, 64]
     assert stored["seed"] is None
     assert stored["out"] == "x"
     assert isinstance(stored["opt"], str) and "object" in stored["opt"]
-    assert stored["config._private"] == 1  # Trackio refuses "_" keys: stored with a prefix
-    assert stored["_Username"] is None  # no Hub look-up
+    assert stored["_private"] == 1  # read_config undoes the prefix
+    assert "_Username" not in stored and "_Created" not in stored  # Trackio's own keys
 
 
 # Trackio specifics ----------------------------------------------------------------------------
@@ -135,7 +116,7 @@ def test_a_thousand_steps_read_back_exactly(log_dir):
     with Monitor(["trackio"], project="big", name="r", log_dir=log_dir) as monitor:
         for step in range(1000):
             monitor.log({"loss": 1 / (step + 3), "lr": step * 1e-7}, step=step)
-    rows = read_rows("big", "r", log_dir)
+    rows = read_rows(RunInfo("big", "r", log_dir=log_dir))
     assert sorted(rows) == sorted(logged)
     assert [s for t, s, _ in rows if t == "loss"] == list(range(1000))
 
@@ -146,7 +127,7 @@ def test_rows_written_by_the_batching_thread_before_flush_are_not_duplicated(log
             monitor.log({"loss": float(step)}, step=step)
             if step % 10 == 0:
                 monitor.flush()
-    assert _steps(read_rows("dup", "r", log_dir)) == [(s, float(s)) for s in range(50)]
+    assert _steps(read_rows(monitor.run)) == [(s, float(s)) for s in range(50)]
 
 
 def test_log_dir_wins_over_trackio_dir_and_trackio_is_pointed_back(log_dir):
@@ -162,13 +143,13 @@ def test_log_dir_wins_over_trackio_dir_and_trackio_is_pointed_back(log_dir):
 
 def test_log_dir_wins_over_trackio_dir_set_before_trackio_was_imported(tmp_path, log_dir):
     elsewhere = tmp_path / "elsewhere"
-    _run_python(f"""
+    run_python(f"""
         import trackio  # imported first: Trackio has read TRACKIO_DIR already
         from core_monitor import Monitor
         with Monitor(["trackio"], project="p", name="r", log_dir={str(log_dir)!r}) as monitor:
             monitor.log({{"loss": 1.0}}, step=0)
     """, env={"TRACKIO_DIR": str(elsewhere)})
-    assert read_rows("p", "r", log_dir) == [("loss", 0, 1.0)]
+    assert read_rows(RunInfo("p", "r", log_dir=log_dir)) == [("loss", 0, 1.0)]
     assert not elsewhere.exists() or not any(elsewhere.iterdir())
 
 
@@ -177,7 +158,7 @@ def test_no_log_dir_uses_trackios_own_folder(tmp_path):
         monitor.log({"loss": 1.0}, step=0)
     assert trackio_dir(None) == utils.TRACKIO_DIR.resolve()
     assert (utils.TRACKIO_DIR / "home.db").exists()
-    assert read_rows("home", "r", None) == [("loss", 0, 1.0)]
+    assert read_rows(RunInfo("home", "r", log_dir=None)) == [("loss", 0, 1.0)]
 
 
 def test_users_own_trackio_run_is_not_hijacked(log_dir):
@@ -193,8 +174,8 @@ def test_users_own_trackio_run_is_not_hijacked(log_dir):
         trackio.log({"user_metric": 4.0}, step=2)  # the user's run is still open
     finally:
         trackio.finish()
-    assert read_rows("mine", "plugin-run", None) == [("loss", 0, 2.0)]
-    assert read_rows("mine", "user-run", None) == [
+    assert read_rows(RunInfo("mine", "plugin-run", log_dir=None)) == [("loss", 0, 2.0)]
+    assert read_rows(RunInfo("mine", "user-run", log_dir=None)) == [
         ("user_metric", 0, 1.0), ("user_metric", 1, 3.0), ("user_metric", 2, 4.0)
     ]
     assert home_db.exists()
@@ -216,7 +197,7 @@ def test_two_open_monitors_with_different_log_dirs_is_a_clear_error(tmp_path):
             Monitor(["trackio"], project="p", log_dir=tmp_path / "b")
         with Monitor(["trackio"], project="p", name="same", log_dir=tmp_path / "a") as same:
             same.log({"loss": 1.0}, step=0)
-    assert read_rows("p", "same", tmp_path / "a") == [("loss", 0, 1.0)]
+    assert read_rows(RunInfo("p", "same", log_dir=tmp_path / "a")) == [("loss", 0, 1.0)]
 
 
 def test_resume_allow_continues_the_run_of_that_name(log_dir):
@@ -224,14 +205,14 @@ def test_resume_allow_continues_the_run_of_that_name(log_dir):
         with Monitor(["trackio"], project="res", name="r", log_dir=log_dir,
                      trackio={"resume": "allow"}) as monitor:
             monitor.log({"loss": float(step)}, step=step)
-    assert read_rows("res", "r", log_dir) == [("loss", 0, 0.0), ("loss", 1, 1.0)]
+    assert read_rows(RunInfo("res", "r", log_dir=log_dir)) == [("loss", 0, 0.0), ("loss", 1, 1.0)]
 
 
 def test_resume_never_starts_a_new_run_and_read_rows_reads_the_latest(log_dir):
     for step in (0, 1):
         with Monitor(["trackio"], project="res", name="r", log_dir=log_dir) as monitor:
             monitor.log({"loss": float(step)}, step=step)
-    assert read_rows("res", "r", log_dir) == [("loss", 1, 1.0)]
+    assert read_rows(RunInfo("res", "r", log_dir=log_dir)) == [("loss", 1, 1.0)]
 
 
 def test_resume_must_without_a_run_is_a_config_error(log_dir):
@@ -266,7 +247,8 @@ def test_group_is_stored_in_trackios_config(log_dir):
     with Monitor(["trackio"], project="g", name="r", log_dir=log_dir,
                  trackio={"group": "sweep-1"}) as monitor:
         monitor.log({"loss": 1.0}, step=0)
-    assert read_config("g", "r", log_dir)["_Group"] == "sweep-1"
+        monitor.flush()
+        assert SQLiteStorage.get_run_config("g", "r")["_Group"] == "sweep-1"
 
 
 def test_quiet_by_default_and_prints_where_the_data_goes_when_asked(log_dir, capfd):
@@ -291,7 +273,7 @@ def test_no_network_request_even_with_a_hub_token(tmp_path, log_dir):
     with socketserver.TCPServer(("127.0.0.1", 0), Recorder) as server:
         threading.Thread(target=server.serve_forever, daemon=True).start()
         try:
-            _run_python(f"""
+            run_python(f"""
                 from core_monitor import Monitor
                 with Monitor(["trackio"], project="net", name="r",
                              log_dir={str(log_dir)!r}) as monitor:
@@ -303,7 +285,7 @@ def test_no_network_request_even_with_a_hub_token(tmp_path, log_dir):
         finally:
             server.shutdown()
     assert hits == []
-    assert read_rows("net", "r", log_dir) == [("loss", 0, 1.0)]
+    assert read_rows(RunInfo("net", "r", log_dir=log_dir)) == [("loss", 0, 1.0)]
 
 
 def test_rank_above_zero_writes_its_own_run(log_dir, monkeypatch):
@@ -312,4 +294,54 @@ def test_rank_above_zero_writes_its_own_run(log_dir, monkeypatch):
     with Monitor(["trackio"], project="ddp", name="r", log_dir=log_dir,
                  rank_zero_only=False) as monitor:
         monitor.log({"loss": 1.0}, step=0)
-    assert read_rows("ddp", "r-rank1", log_dir) == [("loss", 0, 1.0)]
+    assert monitor.run.rank == 1
+    assert read_rows(monitor.run) == [("loss", 0, 1.0)]  # reads the rank's own run
+    assert read_rows(RunInfo("ddp", "r-rank1", log_dir=log_dir)) == [("loss", 0, 1.0)]
+    assert read_rows(RunInfo("ddp", "r", log_dir=log_dir)) == []
+
+
+# Lazy import, SDK check, late config ------------------------------------------------------------
+
+def test_importing_the_plugin_imports_no_sdk():
+    """A rank that writes nothing imports the plugin (the core checks options from the class)
+    but must not pay for Trackio and its dependencies."""
+    statement = "from trackio_monitor import TrackioMonitor, read_config, read_rows"
+    heavy = ("trackio", "huggingface_hub", "gradio_client", "pandas", "numpy", "orjson")
+    assert imported_after(statement, heavy) == []
+
+
+def test_check_sdk_passes_for_the_installed_trackio():
+    TrackioMonitor.check_sdk()
+
+
+def test_a_trackio_without_an_internal_the_plugin_uses_fails_loudly():
+    """Simulates a Trackio release that dropped ``Run._flush_queues_inline``."""
+    message = load_error_after(
+        "import trackio.run\nfrom core_monitor import Monitor\n"
+        "del trackio.run.Run._flush_queues_inline",
+        "Monitor(['trackio'], project='p', log_dir='unused', strict=True)",
+    )
+    assert "'trackio'" in message and "_flush_queues_inline" in message
+    assert "trackio<0.44,>=0.42" in message
+
+
+def test_log_config_merges_into_trackios_run_config(log_dir):
+    with Monitor(["trackio"], project="late", name="r", log_dir=log_dir,
+                 config={"lr": 0.1, "layers": 2}, trackio={"group": "g"}) as monitor:
+        monitor.log_config({"batch": 32})  # before the first row: goes with it
+        monitor.log({"loss": 1.0}, step=0)
+        monitor.flush()
+        monitor.log_config({"lr": 0.2, "_seed": 7})  # after it: written at once
+        own = SQLiteStorage.get_run_config("late", "r")  # Trackio's own reader, run still open
+        assert (own["lr"], own["batch"], own["config._seed"], own["_Group"]) == (0.2, 32, 7, "g")
+        monitor.log({"loss": 0.5}, step=1)
+    assert read_config(monitor.run) == {"lr": 0.2, "layers": 2, "batch": 32, "_seed": 7}
+    assert read_config(monitor.run) == dict(monitor.run.config)
+    assert read_rows(monitor.run) == [("loss", 0, 1.0), ("loss", 1, 0.5)]
+
+
+def test_log_config_of_a_run_that_logs_nothing_stores_nothing(log_dir):
+    """Trackio writes a run's config with its first row; a run without rows has none."""
+    with Monitor(["trackio"], project="late", name="empty", log_dir=log_dir) as monitor:
+        monitor.log_config({"lr": 0.1})
+    assert read_config(monitor.run) == {}

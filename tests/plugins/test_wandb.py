@@ -11,15 +11,15 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from _subprocess import imported_after, load_error_after
 
-pytest.importorskip("wandb_monitor")
-
-from core_monitor import ConfigError, Monitor
+from core_monitor import ConfigError, Monitor, RunInfo
 from core_monitor.testing import MonitorContract
 from wandb_monitor import (
     ESCAPE,
     WandbMonitor,
     find_run_dirs,
+    read_config,
     read_records,
     read_rows,
 )
@@ -79,12 +79,11 @@ class TestWandbContract(MonitorContract):
 
     @pytest.fixture
     def read_rows(self):
-        def read(run):
-            dirs = find_run_dirs(run.log_dir, project=run.project, name=run.name)
-            assert len(dirs) == 1, f"expected one run folder for {run.name!r}, found {dirs}"
-            return read_rows(dirs[0])
+        return read_rows
 
-        return read
+    @pytest.fixture
+    def read_config(self):
+        return read_config
 
 
 @pytest.fixture
@@ -117,7 +116,7 @@ def test_c1_explicit_steps_are_stored_through_the_entry_point(monitor_factory):
     for step in (0, 10, 20, 120):
         monitor.log({"loss": 0.3}, step=step)
     monitor.close()
-    assert steps_of(read_rows(only_run_dir(monitor)), "loss") == [0, 10, 20, 120]
+    assert steps_of(read_rows(monitor.run), "loss") == [0, 10, 20, 120]
 
 
 def test_c2_lower_step_keeps_its_row_and_wandb_step_only_counts_rows(monitor_factory):
@@ -127,7 +126,7 @@ def test_c2_lower_step_keeps_its_row_and_wandb_step_only_counts_rows(monitor_fac
     monitor.log({"loss": 3.0})
     monitor.close()
     run_dir = only_run_dir(monitor)
-    assert read_rows(run_dir) == [("loss", 5, 1.0), ("loss", 3, 2.0), ("loss", 6, 3.0)]
+    assert read_rows(monitor.run) == [("loss", 5, 1.0), ("loss", 3, 2.0), ("loss", 6, 3.0)]
     counters = [
         int(item.value_json)
         for history in records_of(run_dir, "history")
@@ -172,7 +171,9 @@ def test_c3_rows_survive_a_process_that_exits_without_close(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     (run_dir,) = find_run_dirs(log_dir, name="no-close")
-    assert read_rows(run_dir) == [("loss", 0, 0.0), ("loss", 1, 0.5), ("loss", 2, 1.0)]
+    assert read_rows(RunInfo("c3", "no-close", log_dir=log_dir)) == [
+        ("loss", 0, 0.0), ("loss", 1, 0.5), ("loss", 2, 1.0)
+    ]
     assert records_of(run_dir, "exit"), "the run was not finished: no exit record"
     assert result.stdout.split(), "expected the script to find its wandb-core process"
     for pid in result.stdout.split():
@@ -203,8 +204,9 @@ def test_sigterm_keeps_rows_already_logged(tmp_path):
             child.wait(timeout=120)
         finally:
             child.kill()
-    (run_dir,) = find_run_dirs(log_dir, name="killed")
-    assert read_rows(run_dir) == [("loss", 5, 5.0), ("loss", 3, 3.0)]
+    assert read_rows(RunInfo("term", "killed", log_dir=log_dir)) == [
+        ("loss", 5, 5.0), ("loss", 3, 3.0)
+    ]
 
 
 def test_c9_non_finite_values_are_stored_as_wandb_json_tokens(monitor_factory):
@@ -215,7 +217,7 @@ def test_c9_non_finite_values_are_stored_as_wandb_json_tokens(monitor_factory):
     (history,) = records_of(run_dir, "history")
     stored = {item.nested_key[0]: item.value_json for item in history.item}
     assert (stored["a"], stored["b"], stored["c"]) == ("NaN", "Infinity", "-Infinity")
-    values = {tag: value for tag, _, value in read_rows(run_dir)}
+    values = {tag: value for tag, _, value in read_rows(monitor.run)}
     assert math.isnan(values["a"]) and values["b"] == math.inf and values["c"] == -math.inf
     assert math.copysign(1.0, values["d"]) == -1.0
 
@@ -293,7 +295,7 @@ def check_user_runs_are_left_alone(monitor, first, settings, tmp_path):
     assert wandb_core_processes(), "close() tore down the service the user's run needs"
     second.log({"user": 2.0})
     second.finish()
-    assert read_rows(only_run_dir(monitor)) == [("loss", 7, 1.0)]
+    assert read_rows(monitor.run) == [("loss", 7, 1.0)]
 
 
 def test_tags_wandb_reserves_are_escaped_in_storage(monitor_factory):
@@ -304,7 +306,7 @@ def test_tags_wandb_reserves_are_escaped_in_storage(monitor_factory):
     (history,) = records_of(run_dir, "history")
     keys = {item.nested_key[0] for item in history.item}
     assert {"~_step", "~it", "~~a", "global_step", "it"} <= keys
-    assert sorted(read_rows(run_dir, step_metric="it")) == [
+    assert sorted(read_rows(monitor.run)) == [  # the step metric is read from the run's file
         ("_step", 9, 1.0), ("global_step", 9, 4.0), ("it", 9, 2.0), ("~a", 9, 3.0)
     ]
 
@@ -314,9 +316,9 @@ def test_an_open_run_reads_as_a_prefix_and_completes_at_close(monitor_factory):
     for step in range(300):
         monitor.log({f"tag{i}": step + i / 8 for i in range(8)}, step=step)
     monitor.flush()  # a no-op: wandb writes whole 32 KiB blocks until the run finishes
-    while_open = read_rows(only_run_dir(monitor))
+    while_open = read_rows(monitor.run)
     monitor.close()
-    after_close = read_rows(only_run_dir(monitor))
+    after_close = read_rows(monitor.run)
     assert len(after_close) == 300 * 8
     assert len(while_open) < len(after_close)
     assert while_open == after_close[: len(while_open)]
@@ -331,7 +333,7 @@ def test_a_corrupt_transaction_log_is_reported(monitor_factory):
     data[data.rindex(b"loss")] ^= 0xFF  # inside the history record's data
     file.write_bytes(bytes(data))
     with pytest.raises(ValueError, match="corrupt"):
-        read_rows(file)
+        read_rows(monitor.run)
 
 
 def test_log_dir_wins_over_wandb_dir(monitor_factory, tmp_path, monkeypatch):
@@ -389,9 +391,10 @@ def test_a_thousand_steps_read_back_exactly_also_by_wandbs_own_reader(monitor_fa
         want += [(tag, step, value) for tag, value in metrics.items()]
     monitor.close()
     run_dir = only_run_dir(monitor)
-    assert sorted(read_rows(run_dir), key=lambda r: (want.index(r))) == want
-    assert len(read_rows(run_dir)) == len(want)
-    assert [s for t, s, _ in read_rows(run_dir) if t == "loss"] == steps
+    rows = read_rows(monitor.run)
+    assert sorted(rows, key=lambda r: (want.index(r))) == want
+    assert len(rows) == len(want)
+    assert [s for t, s, _ in rows if t == "loss"] == steps
 
     # `wandb leet inspect` reads the file with wandb-core's transaction-log reader, the one
     # `wandb sync` uses: it must see every row and a finished run. Reads files only.
@@ -407,3 +410,50 @@ def test_a_thousand_steps_read_back_exactly_also_by_wandbs_own_reader(monitor_fa
     assert [row["global_step"] for row in history] == steps
     assert [row["loss"] for row in history] == [1.0 / (i + 1) for i in range(len(steps))]
     assert records[-1]["type"] == "exit" and records[-1]["exit"].get("exit_code", 0) == 0
+
+
+# Late config, lazy import, SDK check ----------------------------------------------------------
+
+
+def test_log_config_merges_into_the_runs_config(monitor_factory):
+    monitor = monitor_factory(config={"lr": 0.1, "layers": [64, 64]})
+    monitor.log({"loss": 1.0}, step=0)
+    monitor.log_config({"lr": 0.2, "batch": 32, "_seed": 7, "global_step": 1})
+    monitor.log({"loss": 0.5}, step=1)
+    monitor.close()
+    assert monitor.failures == {}
+    assert read_config(monitor.run) == {
+        "lr": 0.2, "layers": [64, 64], "batch": 32, "_seed": 7, "global_step": 1
+    }
+    assert read_config(monitor.run) == dict(monitor.run.config)
+    # wandb's own records: the start config in the run record, the update in a config record
+    # with the same key escaping as at start.
+    updates = {item.key: json.loads(item.value_json)
+               for config in records_of(only_run_dir(monitor), "config")
+               for item in config.update}
+    assert updates["lr"] == 0.2 and updates[ESCAPE + "_seed"] == 7
+    assert updates[ESCAPE + "global_step"] == 1
+    assert read_rows(monitor.run) == [("loss", 0, 1.0), ("loss", 1, 0.5)]
+
+
+def test_importing_the_plugin_imports_no_sdk():
+    """A rank that writes nothing imports the plugin (the core checks options from the class)
+    but must not pay for wandb and its dependencies."""
+    statement = "from wandb_monitor import WandbMonitor, read_config, read_rows"
+    assert imported_after(statement, ("wandb", "pydantic", "google.protobuf", "sentry_sdk")) == []
+
+
+def test_check_sdk_passes_for_the_installed_wandb():
+    WandbMonitor.check_sdk()
+
+
+def test_a_wandb_without_an_internal_the_plugin_uses_fails_loudly(tmp_path):
+    """Simulates a wandb release that dropped the active-run list the plugin hides its run from."""
+    message = load_error_after(
+        "from wandb.sdk import wandb_setup\nfrom core_monitor import Monitor\n"
+        "del wandb_setup._WandbSetup.remove_active_run",
+        f"Monitor(['wandb'], project='p', log_dir={str(tmp_path)!r}, strict=True, "
+        f"wandb={OPTIONS!r})",
+    )
+    assert "remove_active_run" in message and "wandb<0.32,>=0.31" in message
+    assert find_run_dirs(tmp_path) == []  # refused before any run started

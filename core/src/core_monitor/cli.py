@@ -2,15 +2,17 @@
 
 ``monitors list`` reads package metadata only: it imports no plugin module and no SDK, so it is
 fast and works when a plugin is broken. From metadata it can still flag a plugin whose declared
-requirements (its SDK) are not installed. ``monitors list --check`` imports each plugin to prove
-it loads; its exit status is 1 when one does not, or when two distributions claim one name
-(selecting that name would fail).
+requirements (its SDK) are not installed. ``monitors list --check`` imports each plugin and runs
+its backend class's optional ``check_sdk()`` to prove it loads; its exit status is 1 when one
+does not, or when two distributions claim one name (selecting that name would fail). Every
+status comes from ``discovery.status``, where the selection rules live.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from collections.abc import Sequence
 
@@ -22,34 +24,20 @@ NO_BACKENDS = (
 )
 
 
-def _rows(check: bool) -> list[dict[str, str]]:
+def _rows(check: bool) -> list[tuple[dict[str, str], discovery.Status]]:
+    """One (printed row, status) per installed backend and distribution claiming it."""
     disabled = discovery.disabled_names()
     rows = []
     for name, infos in discovery.installed_backends().items():
         for info in infos:
-            if name in disabled:
-                status = f"disabled ({discovery.DISABLE_ENV})"
-            elif len(infos) > 1:
-                others = ", ".join(i.distribution for i in infos if i is not info)
-                status = f"conflict: {name!r} is also claimed by {others}"
-            elif check:
-                try:
-                    discovery.load_backend(info)
-                    status = "ok"
-                except ImportError as error:  # BackendLoadError
-                    status = f"error: {error}"
-            elif missing := discovery.missing_requirements(info):
-                status = f"broken: requires {', '.join(missing)}, not installed " \
-                    f"(`pip install {' '.join(missing)}`)"
-            else:
-                status = "installed"
-            rows.append({
+            status = discovery.status(info, infos, check=check, disabled=disabled)
+            rows.append(({
                 "name": name,
                 "distribution": info.distribution,
                 "version": info.version,
                 "entry_point": info.target,
-                "status": status,
-            })
+                "status": status.text,
+            }, status))
     return rows
 
 
@@ -64,15 +52,34 @@ def _table(rows: list[dict[str, str]]) -> str:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    rows = _rows(args.check)
+    listed = _rows(args.check)
+    rows = [row for row, _ in listed]
     if args.json:
         print(json.dumps(rows, indent=2))
     elif rows:
         print(_table(rows))
     else:
         print(NO_BACKENDS)
-    broken = [r for r in rows if r["status"].startswith(("error", "conflict", "broken"))]
+    broken = [s for _, s in listed if s.state in discovery.FAILING_STATES]
     return 1 if args.check and broken else 0
+
+
+def cmd_new(args: argparse.Namespace) -> int:
+    from .scaffold import ScaffoldError, create_plugin, plugin_names
+
+    try:
+        folder = create_plugin(args.name, args.dir)
+    except ScaffoldError as error:
+        print(f"monitors new: error: {error}", file=sys.stderr)
+        return 2
+    names = plugin_names(args.name)
+    where = shlex.quote(str(folder))
+    print(f"Created {names.dist} in {folder}: backend {names.name!r}, class "
+          f"{names.package}.{names.cls}.\n"
+          f"Test it (installs the plugin, pytest and the contract kit, then runs the kit):\n"
+          f"    pip install {shlex.quote(f'{folder}[test]')} && pytest {where}\n"
+          f"Then `monitors list --check` shows {names.name!r}.")
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -93,10 +100,20 @@ def build_parser() -> argparse.ArgumentParser:
     listing.add_argument("--json", action="store_true", help="print JSON for machines")
     listing.add_argument(
         "--check", action="store_true",
-        help="import each backend to prove it loads; exit 1 if one does not, or if two "
-        "distributions claim one name",
+        help="import each backend and run its check_sdk() to prove it loads; exit 1 if one "
+        "does not, or if two distributions claim one name",
     )
     listing.set_defaults(handler=cmd_list)
+    new = commands.add_parser(
+        "new",
+        help="write a new backend plugin distribution to start from",
+        description="Write a complete backend plugin: pyproject.toml with the entry point, a "
+        "src/<name>_monitor package (backend class, reader), README and tests running "
+        "core-monitor's contract kit. It builds into a wheel and passes the kit as written.",
+    )
+    new.add_argument("name", help="the backend name users will select, e.g. csv")
+    new.add_argument("--dir", help="the folder to create (default: ./<name>-monitor)")
+    new.set_defaults(handler=cmd_new)
     return parser
 
 

@@ -1,8 +1,8 @@
-"""Hyperparameter sanitising and monitor configuration files.
+"""Hyperparameter sanitising: a training script's config -> a flat mapping every backend stores.
 
 ``sanitize_config`` turns whatever a training script calls its config (dataclasses, nested dicts,
 ``argparse.Namespace``, paths, enums, numpy values, arbitrary objects) into a flat mapping every
-backend can store. ``load_monitor_config`` reads the ``Monitor.from_config`` format.
+backend can store. (The ``Monitor.from_config`` file format is read by ``core_monitor.settings``.)
 """
 
 from __future__ import annotations
@@ -12,19 +12,10 @@ import dataclasses
 import enum
 import json
 import math
-import os
-import sys
 from collections.abc import Mapping
-from pathlib import Path, PurePath
+from pathlib import PurePath
 from types import MappingProxyType, SimpleNamespace
 from typing import Any
-
-from .errors import ConfigError
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
 
 #: Separator joining nested config keys: ``{"optimizer": {"lr": 1}}`` -> ``"optimizer.lr"``.
 #: A dot, as Hydra/OmegaConf and the wandb UI show nested config, which keeps config keys
@@ -135,81 +126,3 @@ def _safe_repr(value: Any, to_text: Any = repr) -> str:
         return str(to_text(value))
     except Exception:
         return f"<{type(value).__qualname__} object>"
-
-
-#: Top-level keys of a monitor configuration file, mapped to ``Monitor`` keyword arguments.
-MONITOR_KEYS = ("backends", "project", "name", "config", "log_dir", "strict", "rank_zero_only")
-
-
-def load_monitor_config(source: Mapping[str, Any] | str | os.PathLike[str]) -> dict[str, Any]:
-    """Read a monitor configuration and return ``Monitor`` keyword arguments.
-
-    The format (TOML shown; JSON has the same shape)::
-
-        backends = ["trackio", "tensorboard"]   # required
-        project = "digits"                      # required
-        name = "run-1"                          # optional
-        log_dir = "runs"                        # optional, relative to the current directory
-        strict = false                          # optional
-        rank_zero_only = true                   # optional
-        [config]                                # optional: hyperparameters
-        lr = 3e-4
-        [tensorboard]                           # optional: options of one selected backend
-        flush_secs = 5
-
-    Args:
-        source: a mapping of that shape, or the path of a ``.toml`` or ``.json`` file.
-
-    Raises:
-        ConfigError: the file is missing, cannot be parsed, or has an unknown key or a section
-            for a backend that is not selected; the message names the key and the accepted ones.
-    """
-    if isinstance(source, Mapping):
-        data: Mapping[str, Any] = source
-        origin = "monitor config"
-    else:
-        path = Path(source)
-        origin = str(path)
-        data = _read_file(path)
-    if "backends" not in data or "project" not in data:
-        missing = [k for k in ("backends", "project") if k not in data]
-        raise ConfigError(f"{origin}: missing required key(s) {missing}; add e.g. "
-                          'backends = ["trackio"] and project = "my-project"')
-    backends = data["backends"]
-    if isinstance(backends, str) or not isinstance(backends, list) or not all(
-        isinstance(b, str) for b in backends
-    ):
-        raise ConfigError(f"{origin}: backends={backends!r} must be a list of backend names, "
-                          'e.g. backends = ["trackio", "tensorboard"]')
-    kwargs: dict[str, Any] = {}
-    for key, value in data.items():
-        if key in MONITOR_KEYS:
-            kwargs[key] = value
-        elif key in backends:
-            if not isinstance(value, Mapping):
-                raise ConfigError(f"{origin}: [{key}] must be a table of {key}'s options, "
-                                  f"not {value!r}")
-            kwargs[key] = dict(value)
-        else:
-            accepted = ", ".join([*MONITOR_KEYS, *(f"[{b}]" for b in backends)])
-            raise ConfigError(
-                f"{origin}: unknown key {key!r}. Accepted keys: {accepted} (a backend's options "
-                "go in a section named after it, and only for a backend listed in backends)"
-            )
-    return kwargs
-
-
-def _read_file(path: Path) -> Mapping[str, Any]:
-    if path.suffix not in (".toml", ".json"):
-        raise ConfigError(f"monitor config {path} must end in .toml or .json")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise ConfigError(f"cannot read monitor config {path}: {error}") from error
-    try:
-        data = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
-    except (ValueError, tomllib.TOMLDecodeError) as error:
-        raise ConfigError(f"cannot parse monitor config {path}: {error}") from error
-    if not isinstance(data, Mapping):
-        raise ConfigError(f"monitor config {path} must hold a table/object at the top level")
-    return data

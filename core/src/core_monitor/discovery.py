@@ -1,35 +1,43 @@
-"""Finding installed backends through entry points, and loading only the ones selected.
+"""Finding installed backends through entry points, selecting them, loading only those selected.
 
 A backend is an entry point in the group ``experiment_monitors`` whose value names the backend
 class, e.g. ``trackio = "trackio_monitor:TrackioMonitor"``. Listing reads package metadata only;
-nothing is imported until ``load_backend`` is called for a selected name.
+nothing is imported until ``load_backend`` is called for a selected name. The rules for which
+names can be selected (disabled, conflicting, unknown) live here once: ``select`` applies them,
+``status`` reports them for ``monitors list``.
+
+``EXPERIMENT_MONITORS_DISABLE`` applies last, to whatever code, file or ``EXPERIMENT_MONITORS``
+selected: a selected backend it names is skipped (never imported) with one ``ConfigWarning``,
+the others run; ``*``/``all`` skips all. Names match exactly as installed; one that matches no
+installed backend (``WandB``) gets a warning suggesting ``wandb``. ``strict=True`` raises
+``ConfigError`` instead of both warnings.
 """
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
+import warnings
+from collections.abc import Mapping, Sequence
 from importlib.metadata import EntryPoint, PackageNotFoundError, distribution, entry_points
 from typing import NamedTuple
 
-from .errors import BackendLoadError, ConfigError, UnknownBackendError
+from .errors import BackendLoadError, ConfigError, ConfigWarning, UnknownBackendError, closest
 
 #: The entry-point group backends declare themselves in.
 GROUP = "experiment_monitors"
-#: Comma-separated backend names to hide, e.g. ``EXPERIMENT_MONITORS_DISABLE=wandb,tensorboard``.
+#: Comma-separated backend names to skip, e.g. ``EXPERIMENT_MONITORS_DISABLE=wandb,tensorboard``.
 DISABLE_ENV = "EXPERIMENT_MONITORS_DISABLE"
+#: Values in ``EXPERIMENT_MONITORS_DISABLE`` that disable every backend.
+DISABLE_ALL = frozenset({"*", "all"})
 
 
 class BackendInfo(NamedTuple):
     """One installed backend, as its distribution's metadata declares it.
 
-    Attributes:
-        name: the backend name users select, e.g. ``"trackio"``.
-        distribution: the distribution declaring it, e.g. ``"trackio-monitor"``.
-        version: that distribution's version.
-        target: the entry point's value, ``"module:Class"``.
-        entry_point: the ``importlib.metadata.EntryPoint`` itself.
+    Attributes: ``name`` (what users select, ``"trackio"``), ``distribution``
+    (``"trackio-monitor"``), ``version`` (the distribution's), ``target`` (the entry point's
+    value, ``"module:Class"``), ``entry_point`` (the ``importlib.metadata.EntryPoint``).
 
     A ``NamedTuple`` rather than a dataclass: ``dataclasses`` imports ``inspect``, which
     would slow ``monitors list`` down by a third.
@@ -43,7 +51,8 @@ class BackendInfo(NamedTuple):
 
 
 def disabled_names() -> frozenset[str]:
-    """Names listed in ``EXPERIMENT_MONITORS_DISABLE`` (read on every call)."""
+    """Names listed in ``EXPERIMENT_MONITORS_DISABLE``, stripped, as written (``*``/``all``
+    kept); read on every call."""
     raw = os.environ.get(DISABLE_ENV, "")
     return frozenset(part.strip() for part in raw.split(",") if part.strip())
 
@@ -89,33 +98,99 @@ def missing_requirements(info: BackendInfo) -> list[str]:
     return missing
 
 
-def find_backend(name: str) -> BackendInfo:
+# Whether a name can be selected: the one policy `find_backend` and `monitors list` share ----
+
+#: ``Status.state`` values that make ``monitors list --check`` exit 1.
+FAILING_STATES = frozenset({"conflict", "broken", "error"})
+
+
+class Status(NamedTuple):
+    """What ``monitors list`` reports for one installed backend (one distribution's claim).
+
+    ``state``: ``"disabled"`` (by ``EXPERIMENT_MONITORS_DISABLE``), ``"conflict"`` (several
+    distributions claim the name), ``"broken"`` (a declared requirement is not installed),
+    ``"error"`` (importing it or its ``check_sdk()`` raised), ``"ok"`` (it loads) or
+    ``"installed"`` (not imported, nothing missing). ``text``: the line shown, from ``state``.
+    """
+
+    state: str
+    text: str
+
+
+def _refusal(name: str, infos: list[BackendInfo], disabled: frozenset[str]) -> str | None:
+    """Why ``name`` cannot be selected whatever its code does: ``"disabled"``, ``"conflict"``
+    or ``None``."""
+    if name in disabled or not DISABLE_ALL.isdisjoint(disabled):
+        return "disabled"
+    if len(infos) > 1:
+        return "conflict"
+    return None
+
+
+def status(info: BackendInfo, claims: list[BackendInfo], *, check: bool = False,
+           disabled: frozenset[str] | None = None) -> Status:
+    """The status of ``info`` among ``claims`` (every ``BackendInfo`` of its name).
+
+    ``info`` is one entry of ``installed_backends()[name]``, ``claims`` that whole list;
+    ``check`` imports the backend and runs its ``check_sdk()`` (``check_backend``), otherwise
+    only metadata is read (``missing_requirements``); ``disabled`` defaults to
+    ``disabled_names()``.
+    """
+    refused = _refusal(info.name, claims, disabled_names() if disabled is None else disabled)
+    if refused == "disabled":
+        return Status(refused, f"disabled ({DISABLE_ENV})")
+    if refused == "conflict":
+        others = ", ".join(i.distribution for i in claims if i is not info)
+        return Status(refused, f"conflict: {info.name!r} is also claimed by {others}")
+    if check:
+        try:
+            check_backend(info)
+        except BackendLoadError as error:
+            return Status("error", f"error: {error}")
+        return Status("ok", "ok")
+    missing = missing_requirements(info)
+    if missing:
+        return Status("broken", f"broken: requires {', '.join(missing)}, not installed "
+                                f"(`pip install {' '.join(missing)}`)")
+    return Status("installed", "installed")
+
+
+def find_backend(
+    name: str, installed: Mapping[str, list[BackendInfo]] | None = None,
+    disabled: frozenset[str] | None = None,
+) -> BackendInfo:
     """Return the one installed backend selected by ``name``, without importing it.
 
+    ``installed`` and ``disabled`` are ``installed_backends()`` and ``disabled_names()``, read
+    when not given; ``name`` is matched exactly (case included).
+
     Raises:
-        UnknownBackendError: no distribution declares ``name`` (or it is disabled); the message
-            suggests the closest installed name and lists every installed one.
-        ConfigError: two distributions declare ``name``; the message names both.
+        UnknownBackendError: no distribution declares ``name``; the message suggests the
+            closest installed name (``errors.closest``) and lists every installed one.
+        ConfigError: ``name`` is disabled (``select`` skips it unless ``strict``), or two
+            distributions declare it; the message names the variable, or both distributions.
     """
-    installed = installed_backends()
-    disabled = disabled_names()
-    if name in disabled and name in installed:
-        raise ConfigError(
-            f"backend {name!r} is disabled by {DISABLE_ENV}={os.environ.get(DISABLE_ENV)!r}; "
-            f"remove it from that variable to select it"
-        )
-    candidates = [n for n in installed if n not in disabled]
-    if name not in candidates:
-        close = difflib.get_close_matches(name, candidates, n=1, cutoff=0.6)
-        raise UnknownBackendError(name, candidates, close[0] if close else None)
-    infos = installed[name]
-    if len(infos) > 1:
+    installed = installed_backends() if installed is None else installed
+    disabled = disabled_names() if disabled is None else disabled
+    infos = installed.get(name, [])
+    if not infos:
+        raise UnknownBackendError(name, list(installed), closest(name, installed))
+    refused = _refusal(name, infos, disabled)
+    if refused == "disabled":
+        raise _disabled_error(name)
+    if refused == "conflict":
         claims = " and ".join(f"{i.distribution} {i.version} ({i.target})" for i in infos)
         raise ConfigError(
             f"backend name {name!r} is claimed by {claims}; uninstall one of them "
             f"(`pip uninstall {infos[-1].distribution}`)"
         )
     return infos[0]
+
+
+def _disabled_error(name: str) -> ConfigError:
+    return ConfigError(f"backend {name!r} is disabled by {DISABLE_ENV}="
+                       f"{os.environ.get(DISABLE_ENV)!r} (an error, not a warning, with "
+                       "strict=True); remove it from that variable or from the selection")
 
 
 def load_backend(info: BackendInfo) -> type:
@@ -138,3 +213,86 @@ def load_backend(info: BackendInfo) -> type:
             TypeError(f"{info.target} is a {type(loaded).__name__}, not a backend class"),
         )
     return loaded
+
+
+def check_backend(info: BackendInfo) -> type:
+    """``load_backend``, then the class's optional classmethod ``check_sdk()``.
+
+    ``check_sdk()`` imports the backend's SDK and checks that the SDK still has the shape the
+    plugin relies on (see the plugin guide); it is what ``monitors list --check`` runs.
+
+    Raises:
+        BackendLoadError: loading failed, or ``check_sdk()`` raised (its exception is kept
+            as-is when it is a ``BackendLoadError``, else wrapped in one naming the plugin).
+    """
+    cls = load_backend(info)
+    check_sdk = getattr(cls, "check_sdk", None)
+    if callable(check_sdk):
+        try:
+            check_sdk()
+        except BackendLoadError:
+            raise
+        except Exception as error:  # ImportError, or a capability check that failed
+            raise BackendLoadError(
+                info.name, info.distribution, info.version, info.target, error
+            ) from error
+    return cls
+
+
+def backend_name(cls: type) -> str:
+    """The name a backend class passed directly is known by: ``cls.name`` or ``__name__``."""
+    name = getattr(cls, "name", None)
+    return name if isinstance(name, str) and name else cls.__name__
+
+
+def select(
+    backends: Sequence[str | type], *, strict: bool = False
+) -> dict[str, BackendInfo | type]:
+    """Map each selected backend that is not disabled to its entry point (or the class given),
+    in selection order; imports nothing.
+
+    ``EXPERIMENT_MONITORS_DISABLE`` applies here (module docstring): a disabled backend is left
+    out with one ``ConfigWarning`` naming it and the variable (one in all for ``*``/``all``),
+    its name still checked. An empty result: the ``Monitor`` writes nothing.
+
+    Raises:
+        ConfigError: an item is neither a non-empty ``str`` nor a class, a backend is selected
+            twice, a name is claimed by two distributions, or (``strict``) a selected backend
+            is disabled or the variable names no installed backend.
+        UnknownBackendError: a name no installed distribution declares.
+    """
+    installed = installed_backends()
+    disabled = disabled_names()
+    found: dict[str, BackendInfo | type] = {}
+    skipped: list[str] = []
+    for backend in backends:
+        if not isinstance(backend, type) and not (isinstance(backend, str) and backend):
+            raise ConfigError(f"backend {backend!r} is neither a backend name nor a class")
+        key = backend if isinstance(backend, str) else backend_name(backend)
+        if key in found or key in skipped:
+            raise ConfigError(f"backend {key!r} is selected twice; list each backend once")
+        off = _refusal(key, [], disabled) == "disabled"
+        if isinstance(backend, str) and (not off or key not in installed):
+            backend = find_backend(key, installed, frozenset())  # unknown, conflict: raise
+        if off and strict:
+            raise _disabled_error(key)
+        if off:
+            skipped.append(key)
+        else:
+            found[key] = backend
+    known = sorted({*installed, *skipped, *found})
+    for name in sorted(disabled - DISABLE_ALL - set(known)):  # e.g. WandB for wandb: a typo
+        hint = f"did you mean {close!r}? " if (close := closest(name, known)) else ""
+        message = (f"{DISABLE_ENV} names {name!r}, which matches no installed backend (names "
+                   f"match exactly, case included); {hint}installed: {', '.join(known)}")
+        if strict:
+            raise ConfigError(message)
+        warnings.warn(message, ConfigWarning, stacklevel=3)
+    rest = (f"the run goes on with {list(found)}" if found else "this Monitor writes nothing "
+            "(log() still checks its input and returns steps)")
+    every = not DISABLE_ALL.isdisjoint(disabled)
+    for key in skipped[:1] if every else skipped:
+        what = f"every backend ({skipped} not started)" if every else f"backend {key!r}"
+        warnings.warn(f"{what} is disabled by {DISABLE_ENV}={os.environ.get(DISABLE_ENV)!r}: "
+                      f"{rest}", ConfigWarning, stacklevel=3)
+    return found

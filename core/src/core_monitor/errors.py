@@ -1,6 +1,26 @@
-"""The errors the core raises. All are importable from ``core_monitor``."""
+"""The errors and warnings the core raises (all importable from ``core_monitor``), and the one
+"did you mean" helper every message that names a misspelt key uses."""
 
 from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+
+def closest(word: str, choices: Iterable[str]) -> str | None:
+    """The choice ``word`` most likely misspells, for a "did you mean ...?" hint; else ``None``.
+
+    A choice equal to ``word`` ignoring case wins (``"WandB"`` -> ``"wandb"``); otherwise the
+    closest by ``difflib.get_close_matches`` (ratio >= 0.6, case ignored). Names themselves
+    are always matched exactly by the core: this only suggests.
+    """
+    by_lower: dict[str, str] = {}
+    for choice in choices:
+        by_lower.setdefault(choice.lower(), choice)
+    if word.lower() in by_lower:
+        return by_lower[word.lower()]
+    close = difflib.get_close_matches(word.lower(), list(by_lower), n=1, cutoff=0.6)
+    return by_lower[close[0]] if close else None
 
 
 class ConfigError(ValueError):
@@ -36,20 +56,29 @@ class UnknownBackendError(ConfigError):
 
 
 class BackendLoadError(ImportError):
-    """A selected backend's plugin module, or the SDK it needs, failed to import.
+    """A selected backend's plugin module, or the SDK it needs, failed to import, or the SDK
+    lacks what the plugin relies on (a plugin's capability check).
+
+    Constructed as ``BackendLoadError(backend, distribution, version, target, error)``.
 
     Attributes:
-        name: the backend name.
+        backend: the backend name, e.g. ``"trackio"``.
         distribution: the distribution that declares it, e.g. ``"trackio-monitor"``.
         version: that distribution's version.
+        target: the entry point's value, ``"module:Class"``.
         missing: the module that could not be found (``ModuleNotFoundError.name``), or ``None``.
+
+    ``name`` and ``path`` keep their ``ImportError`` meaning (unset here); the backend name is
+    ``backend``.
     """
 
     def __init__(
-        self, name: str, distribution: str, version: str, target: str, error: BaseException
+        self, backend: str, distribution: str, version: str, target: str, error: BaseException
     ) -> None:
+        self.backend = backend
         self.distribution = distribution
         self.version = version
+        self.target = target
         self.missing = getattr(error, "name", None) if isinstance(error, ImportError) else None
         if self.missing:
             fix = (
@@ -59,12 +88,16 @@ class BackendLoadError(ImportError):
         else:
             fix = f"the plugin is broken; reinstall or upgrade it: `pip install -U {distribution}`"
         super().__init__(
-            f"backend {name!r} ({distribution} {version}, {target}) could not be loaded: "
+            f"backend {backend!r} ({distribution} {version}, {target}) could not be loaded: "
             f"{type(error).__name__}: {error}. Fix: {fix}."
         )
-        # After ImportError.__init__, which resets .name (there: a module name) to None.
-        self.name = name
 
+
+class ConfigWarning(UserWarning):
+    """The configuration names something the core skips instead of failing on: a selected
+    backend disabled by ``EXPERIMENT_MONITORS_DISABLE`` (not started; the others run), or a
+    name in that variable that no installed backend has. ``strict=True`` raises
+    ``ConfigError`` instead."""
 
 
 class BackendWarning(RuntimeWarning):

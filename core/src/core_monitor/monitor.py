@@ -1,44 +1,39 @@
-"""``Monitor``: the one object training code logs through; it fans each batch out to backends."""
+"""``Monitor``: the one object training code logs through; it fans each batch out to backends.
+
+The public API only: validating each call and deciding its step. Finding and checking backends
+is ``core_monitor.discovery``; calling them under the failure policy is ``core_monitor.dispatch``;
+closing what was left open at exit is ``core_monitor.shutdown``; the settings rules and file
+reader are ``core_monitor.settings``.
+"""
 
 from __future__ import annotations
 
-import atexit
 import dataclasses
-import difflib
-import inspect
-import logging
 import os
-import signal
-import threading
 import time
-import warnings
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-import pluggy
-
-from . import hookspecs
-from .config import load_monitor_config, sanitize_config
-from .discovery import BackendInfo, find_backend, load_backend
-from .errors import BackendWarning, ConfigError
+from . import discovery, shutdown
+from .config import sanitize_config
+from .dispatch import Dispatcher
+from .errors import ConfigError
 from .events import MAX_STEP, Event, OneRow, check_step, flatten, to_float
 from .run import RunInfo, default_run_name, detect_rank
-
-logger = logging.getLogger("core_monitor")
-
-_HOOKS = ("monitor_write", "monitor_flush", "monitor_close", "monitor_config")
-_KEYWORDS = ("project", "name", "config", "log_dir", "strict", "rank_zero_only")
+from .settings import check_backend_keys, check_keywords, check_options, load_monitor_config
 
 
 class Monitor:
     """Log scalars once; every selected backend stores them at the caller's step.
 
     Args:
-        backends: backend names as installed (``monitors list``), e.g. ``["trackio",
-            "tensorboard"]``, or backend classes (a class's name is its ``name`` attribute, else
-            its ``__name__``). One name may be given as a plain ``str``. Must not be empty.
+        backends: backend names as installed (``monitors list``, matched exactly), e.g.
+            ``["trackio", "tensorboard"]``, or backend classes (a class's name is its ``name``
+            attribute, else its ``__name__``); one name alone may be a ``str``; ``None``: those
+            in ``EXPERIMENT_MONITORS``. Those in ``EXPERIMENT_MONITORS_DISABLE`` are skipped
+            (``ConfigWarning``); with all skipped the monitor checks calls and writes nothing.
         project: project name (wandb/Trackio "project"; TensorBoard's first folder level).
         name: run name; default ``YYYYmmdd-HHMMSS-host``, the same for every backend.
         config: hyperparameters; stored flat and JSON-safe (``config.sanitize_config``).
@@ -49,20 +44,21 @@ class Monitor:
         rank_zero_only: only rank 0 constructs backends; other ranks validate what they log
             and write nothing (they import no SDK). ``False`` writes from every rank.
         **backend_options: one mapping per backend name, its keyword options, e.g.
-            ``wandb={"mode": "offline"}``.
+            ``wandb={"mode": "offline"}``; an installed backend's are ignored when unselected.
 
     Raises:
         ConfigError: no backend selected; ``project``, ``name``, ``strict`` or
-            ``rank_zero_only`` of the wrong type; a misspelt keyword (``logdir``: "did you mean
-            'log_dir'?"); options for an unselected backend; or an option the backend does not
-            accept (the message names backend, option and accepted ones).
+            ``rank_zero_only`` of the wrong type; a keyword naming no installed backend
+            (``logdir``: "did you mean 'log_dir'?"); an option the backend does not accept
+            (the message names backend, option and accepted ones); ``strict=True`` and a
+            disabled backend selected, or an unknown name in ``EXPERIMENT_MONITORS_DISABLE``.
         UnknownBackendError: a name that no installed distribution declares.
         BackendLoadError: a selected plugin or its SDK fails to import.
     """
 
     def __init__(
         self,
-        backends: Sequence[str | type] | str,
+        backends: Sequence[str | type] | str | None = None,
         *,
         project: str,
         name: str | None = None,
@@ -72,21 +68,7 @@ class Monitor:
         rank_zero_only: bool = True,
         **backend_options: Mapping[str, Any],
     ) -> None:
-        if isinstance(backends, (str, type)):
-            backends = [backends]
-        if not backends:
-            raise ConfigError(
-                "no backend selected: pass at least one name, e.g. Monitor(['trackio'], ...); "
-                "`monitors list` shows the installed ones"
-            )
-        if not isinstance(project, str) or not project:
-            raise ConfigError(f"project={project!r} must be a non-empty str")
-        if name is not None and (not isinstance(name, str) or not name):
-            raise ConfigError(f"name={name!r} must be a non-empty str, or None for a made-up one")
-        for flag, value in (("strict", strict), ("rank_zero_only", rank_zero_only)):
-            if not isinstance(value, bool):
-                raise ConfigError(f"{flag}={value!r} must be True or False (a bool, not "
-                                  f"{type(value).__name__})")
+        backends = check_keywords(backends, project, name, strict, rank_zero_only)
         rank, world_size = detect_rank()
         self.run = RunInfo(
             project=project,
@@ -96,46 +78,39 @@ class Monitor:
             rank=rank,
             world_size=world_size,
         )
-        self.strict = strict
+        self._dispatch = Dispatcher(strict=strict)
         #: Failures per backend name: how many hook calls raised.
-        self.failures: dict[str, int] = {}
+        self.failures: dict[str, int] = self._dispatch.failures
+        self._write = self._dispatch.write  # log()'s hot path: one bound method, no look-up
         self._next_step = 0
         self._closed = False
-        self._names: list[str] = []
-        self._config_warned: set[str] = set()
-        self._calls: dict[str, list[tuple[str, Callable[..., Any]]]] = {h: [] for h in _HOOKS}
-        self._writers = self._calls["monitor_write"]  # log()'s hot path reads it directly
-        self._pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
-        self._pm.add_hookspecs(hookspecs)
 
-        found = _find(backends)  # every name and keyword is checked before any plugin import
-        unused = set(backend_options) - set(found)
-        for key in sorted(unused):
-            close = difflib.get_close_matches(key, _KEYWORDS, n=1, cutoff=0.7)
-            if close:
-                raise ConfigError(
-                    f"Monitor() got an unknown keyword argument {key!r}; did you mean "
-                    f"{close[0]!r}? (other keywords are per-backend options, named after "
-                    "a selected backend)"
-                )
-        if unused:
-            raise ConfigError(
-                f"options given for {sorted(unused)}, which are not selected "
-                f"(selected: {list(found)}); select them or drop their options"
-            )
-        classes = {k: v if isinstance(v, type) else load_backend(v) for k, v in found.items()}
+        found = discovery.select(backends, strict=strict)  # all checked before any import
+        check_backend_keys(backend_options, backends)
+        classes = {
+            k: v if isinstance(v, type) else discovery.load_backend(v) for k, v in found.items()
+        }
         for backend_name, cls in classes.items():
-            _check_options(backend_name, cls, backend_options.get(backend_name) or {})
+            check_options(backend_name, cls, backend_options.get(backend_name) or {})
         if rank == 0 or not rank_zero_only:
-            for backend_name, cls in classes.items():
-                self._start(backend_name, cls, dict(backend_options.get(backend_name) or {}))
-        _register(self)
+            try:
+                for backend_name, cls in classes.items():
+                    options = dict(backend_options.get(backend_name) or {})
+                    self._dispatch.start(backend_name, cls, self.run, options)
+            except Exception:  # a ConfigError, or any start failure with strict=True
+                self.close()
+                raise
+        shutdown.register(self)
 
     @staticmethod
     def backend_name(cls: type) -> str:
         """The name a backend class passed directly is known by: ``cls.name`` or ``__name__``."""
-        name = getattr(cls, "name", None)
-        return name if isinstance(name, str) and name else cls.__name__
+        return discovery.backend_name(cls)
+
+    @property
+    def strict(self) -> bool:
+        """Whether a backend's exception is re-raised (``True``) or warned about once."""
+        return self._dispatch.strict
 
     @classmethod
     def from_config(
@@ -143,15 +118,15 @@ class Monitor:
     ) -> Monitor:
         """Build a monitor from a mapping or a ``.toml``/``.json`` file.
 
-        See ``core_monitor.config.load_monitor_config`` for the format. ``overrides`` are
-        ``Monitor`` keyword arguments that win over the file (e.g. ``name=...``).
+        See ``core_monitor.settings.load_monitor_config`` for the format. ``overrides`` are
+        ``Monitor`` keyword arguments that win over the file (e.g. ``name=...``), applied
+        before its sections are checked (``backends=[...]`` selects instead of the file).
 
         Raises:
             ConfigError: as ``load_monitor_config`` and ``Monitor`` do; when ``source`` is a
                 file, the message starts with its path (e.g. an unknown option in a section).
         """
-        kwargs = load_monitor_config(source)
-        kwargs.update(overrides)
+        kwargs = load_monitor_config(source, **overrides)
         try:
             return cls(kwargs.pop("backends"), **kwargs)
         except ConfigError as error:
@@ -163,7 +138,7 @@ class Monitor:
     @property
     def backends(self) -> list[str]:
         """Names of the backends this process writes to, in start order (empty off rank 0)."""
-        return list(self._names)
+        return [backend.name for backend in self._dispatch.backends]
 
     # Logging ---------------------------------------------------------------------------------
 
@@ -282,26 +257,14 @@ class Monitor:
         self.run = dataclasses.replace(
             self.run, config=MappingProxyType({**self.run.config, **update})
         )
-        having = {name for name, _ in self._calls["monitor_config"]}
-        for backend_name in self._names:
-            if backend_name not in having and backend_name not in self._config_warned:
-                self._config_warned.add(backend_name)
-                warnings.warn(
-                    f"backend {backend_name!r} has no monitor_config hook: the config given "
-                    "to log_config() is not stored there (it was stored by the other backends)",
-                    BackendWarning, stacklevel=2,
-                )
-        for backend_name, function in self._calls["monitor_config"]:
-            try:
-                function(config=update)
-            except Exception as error:
-                self._failed(backend_name, "monitor_config", error)
-        self._raise_pending()
+        self._dispatch.warn_lacking("monitor_config", "the config given to log_config() is not "
+                                    "stored there (it was stored by the other backends)")
+        self._dispatch.call("monitor_config", config=update)
 
     def flush(self) -> None:
         """Ask every backend to make what it has so far durable and readable (no-op once closed)."""
         if not self._closed:
-            self._call("monitor_flush")
+            self._dispatch.call("monitor_flush")
 
     def close(self) -> None:
         """Flush and close every backend, in reverse start order. A second call does nothing.
@@ -311,12 +274,8 @@ class Monitor:
         if self._closed:
             return
         self._closed = True
-        _unregister(self)
-        for backend_name, flush in reversed(self._calls["monitor_flush"]):
-            self._guarded(backend_name, "monitor_flush", flush)
-        for backend_name, close in reversed(self._calls["monitor_close"]):
-            self._guarded(backend_name, "monitor_close", close)
-        self._raise_pending()
+        shutdown.unregister(self)
+        self._dispatch.close()
 
     @property
     def closed(self) -> bool:
@@ -331,168 +290,10 @@ class Monitor:
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
-        return f"<Monitor {self.run.project}/{self.run.name} {self._names} {state}>"
-
-    # Dispatch --------------------------------------------------------------------------------
-
-    def _write(self, batch: tuple[Event, ...]) -> None:
-        for backend_name, write in self._writers:
-            try:
-                write(events=batch)
-            except Exception as error:
-                self._failed(backend_name, "monitor_write", error)
-        if self._pending is not None:
-            self._raise_pending()
+        return f"<Monitor {self.run.project}/{self.run.name} {self.backends} {state}>"
 
     def _closed_error(self, method: str) -> RuntimeError:
         return RuntimeError(
             f"{method}() on the closed Monitor of run {self.run.name!r}; call it before "
             "close(), or create a new Monitor"
         )
-
-    def _call(self, hook: str) -> None:
-        for backend_name, function in self._calls[hook]:
-            self._guarded(backend_name, hook, function)
-        self._raise_pending()
-
-    def _guarded(self, backend_name: str, hook: str, function: Callable[..., Any]) -> None:
-        try:
-            function()
-        except Exception as error:
-            self._failed(backend_name, hook, error)
-
-    _pending: BaseException | None = None
-
-    def _failed(self, backend_name: str, hook: str, error: Exception) -> None:
-        count = self.failures.get(backend_name, 0)
-        self.failures[backend_name] = count + 1
-        if self.strict:
-            if self._pending is None:
-                if hasattr(error, "add_note"):
-                    error.add_note(f"(raised by backend {backend_name!r} in {hook})")
-                self._pending = error
-            return
-        if count == 0:
-            message = (
-                f"backend {backend_name!r} failed in {hook}: {type(error).__name__}: {error}. "
-                "The other backends carry on; further failures of this backend are counted in "
-                "Monitor.failures, not reported (strict=True raises instead)."
-            )
-            logger.error(message, exc_info=error)
-            warnings.warn(message, BackendWarning, stacklevel=4)
-
-    def _raise_pending(self) -> None:
-        error, self._pending = self._pending, None
-        if error is not None:
-            raise error
-
-    def _start(self, backend_name: str, cls: type, options: dict[str, Any]) -> None:
-        instance = None
-        try:
-            instance = cls(self.run, **options)
-            # pluggy checks the hook signatures; check_pending catches a misspelt hook name.
-            self._pm.register(instance, name=backend_name)
-            self._pm.check_pending()
-        except ConfigError:
-            self.close()
-            raise
-        except Exception as error:
-            if self.strict:
-                self.close()
-                raise
-            self._failed(backend_name, "start", error)
-            if instance is not None and self._pm.is_registered(instance):
-                self._pm.unregister(instance)
-            return
-        for hook in _HOOKS:
-            for impl in getattr(self._pm.hook, hook).get_hookimpls():
-                if impl.plugin is instance:
-                    self._calls[hook].append((backend_name, impl.function))
-        self._names.append(backend_name)
-
-
-def _find(backends: Sequence[str | type]) -> dict[str, BackendInfo | type]:
-    """Map each selected name to its entry point (or the class given); imports nothing."""
-    found: dict[str, BackendInfo | type] = {}
-    for backend in backends:
-        if isinstance(backend, type):
-            key = Monitor.backend_name(backend)
-            value: BackendInfo | type = backend
-        elif isinstance(backend, str) and backend:
-            key, value = backend, find_backend(backend)
-        else:
-            raise ConfigError(f"backend {backend!r} is neither a backend name nor a class")
-        if key in found:
-            raise ConfigError(f"backend {key!r} is selected twice; list each backend once")
-        found[key] = value
-    return found
-
-
-def _check_options(backend_name: str, cls: type, options: Mapping[str, Any]) -> None:
-    """Raise ``ConfigError`` for an option the backend's ``__init__`` does not take."""
-    if not isinstance(options, Mapping):
-        raise ConfigError(f"options of backend {backend_name!r} must be a mapping, not "
-                          f"{type(options).__name__}")
-    params = list(inspect.signature(cls).parameters.values())[1:]  # after `run`
-    if any(p.kind is p.VAR_KEYWORD for p in params):
-        return
-    accepted = [p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    for option in options:
-        if option not in accepted:
-            raise ConfigError(
-                f"backend {backend_name!r} has no option {option!r}; accepted options: "
-                f"{', '.join(accepted) or 'none'}"
-            )
-
-
-# Safety net: close monitors the user forgot, at exit and on SIGTERM ----------------------------
-
-#: Monitors not yet closed, oldest first. Strong references: a monitor the user dropped without
-#: closing must still be closed at exit, or its buffered rows are lost (case C3).
-_open: dict[int, Monitor] = {}
-_previous_sigterm: Any = None
-_sigterm_installed = False
-
-
-def close_all() -> None:
-    """Close every open ``Monitor`` of this process (newest first). Called at exit."""
-    for monitor in reversed(list(_open.values())):
-        try:
-            monitor.close()
-        except Exception:  # at exit there is nobody left to raise to
-            logger.exception("closing %r at exit failed", monitor)
-
-
-def _register(monitor: Monitor) -> None:
-    _open[id(monitor)] = monitor
-    # Last registered runs first: re-registering after the backends started puts this ahead
-    # of the atexit handlers the SDKs registered in their own init (Trackio's, for one).
-    atexit.unregister(close_all)
-    atexit.register(close_all)
-    _install_sigterm()
-
-
-def _unregister(monitor: Monitor) -> None:
-    _open.pop(id(monitor), None)
-
-
-def _install_sigterm() -> None:
-    """Close monitors on SIGTERM, then let the previous handler (or the default) run."""
-    global _sigterm_installed, _previous_sigterm
-    if _sigterm_installed or threading.current_thread() is not threading.main_thread():
-        return
-    previous = signal.getsignal(signal.SIGTERM)
-    if previous is signal.SIG_IGN:
-        return
-    _previous_sigterm = previous
-    signal.signal(signal.SIGTERM, _on_sigterm)
-    _sigterm_installed = True
-
-
-def _on_sigterm(signum: int, frame: Any) -> None:
-    close_all()
-    if callable(_previous_sigterm):
-        _previous_sigterm(signum, frame)
-        return
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    os.kill(os.getpid(), signal.SIGTERM)

@@ -1,0 +1,95 @@
+"""Every TensorBoard module the plugin uses, imported on first use and checked once.
+
+The plugin writes with ``tensorboard.summary.writer.event_file_writer.EventFileWriter`` (the
+writer PyTorch's ``SummaryWriter`` wraps; TensorBoard documents no public writer that needs no
+TensorFlow), builds HParams with ``tensorboard.plugins.hparams.summary_v2`` and reads back with
+``EventAccumulator`` and the HParams plugin's ``metadata`` parser. ``sdk()`` checks that these
+still have the shape the plugin relies on, else raises ``core_monitor.BackendLoadError`` naming
+the supported range (the plugin's declared dependency). Nothing here imports TensorBoard at
+module import: importing ``tensorboard_monitor`` stays cheap on ranks that write nothing.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import inspect
+from types import SimpleNamespace
+
+from core_monitor import BackendLoadError
+
+DISTRIBUTION = "tensorboard-monitor"
+TARGET = "tensorboard_monitor:TensorBoardMonitor"
+#: The tested range, as in pyproject.toml (used when the distribution's metadata is absent).
+SUPPORTED_FALLBACK = "tensorboard>=2.21,<3"
+
+_WRITER_ARGS = ("logdir", "max_queue_size", "flush_secs", "filename_suffix")
+_sdk: SimpleNamespace | None = None
+
+
+# The SDK is imported only when a backend is built, but must be there for the plugin to load.
+SDK = "tensorboard"
+if importlib.util.find_spec(SDK) is None:
+    raise ModuleNotFoundError(f"No module named {SDK!r} ({DISTRIBUTION} needs it)", name=SDK)
+
+
+def supported() -> str:
+    """The TensorBoard requirement the installed plugin declares (``"tensorboard<3,>=2.21"``)."""
+    try:
+        requires = importlib.metadata.requires(DISTRIBUTION) or []
+    except importlib.metadata.PackageNotFoundError:
+        return SUPPORTED_FALLBACK
+    found = [r.split(";")[0].strip() for r in requires if r.lower().startswith("tensorboard")]
+    return found[0] if found else SUPPORTED_FALLBACK
+
+
+def sdk() -> SimpleNamespace:
+    """Import the TensorBoard modules the plugin uses; check them on the first call.
+
+    Returns:
+        A namespace with ``Event`` (``event_pb2.Event``), ``EventFileWriter``,
+        ``hparams_pb`` (``summary_v2.hparams_pb``), ``EventAccumulator`` and
+        ``hparams_metadata`` (the HParams plugin's ``metadata`` module).
+
+    Raises:
+        ImportError: TensorBoard is not installed.
+        BackendLoadError: TensorBoard changed shape; the message names the supported range.
+    """
+    global _sdk
+    if _sdk is not None:
+        return _sdk
+    import tensorboard
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.compat.proto import event_pb2
+    from tensorboard.plugins.hparams import metadata, summary_v2
+    from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+    problems = []
+    missing = set(_WRITER_ARGS) - set(inspect.signature(EventFileWriter).parameters)
+    if missing:
+        problems.append(f"EventFileWriter() takes no {sorted(missing)}")
+    problems += [f"no EventFileWriter.{m}" for m in ("add_event", "flush", "close")
+                 if not callable(getattr(EventFileWriter, m, None))]
+    if set(inspect.signature(summary_v2.hparams_pb).parameters) < {
+        "hparams", "trial_id", "start_time_secs"
+    }:
+        problems.append("summary_v2.hparams_pb() changed")
+    for name in ("PLUGIN_NAME", "SESSION_START_INFO_TAG", "parse_session_start_info_plugin_data"):
+        if not hasattr(metadata, name):
+            problems.append(f"no tensorboard.plugins.hparams.metadata.{name}")
+    if problems:
+        try:
+            version = importlib.metadata.version(DISTRIBUTION)
+        except importlib.metadata.PackageNotFoundError:
+            version = "unknown"
+        raise BackendLoadError(
+            "tensorboard", DISTRIBUTION, version, TARGET,
+            RuntimeError(f"tensorboard {tensorboard.__version__} is not supported "
+                         f"({'; '.join(problems)}); this plugin supports {supported()}: "
+                         f"`pip install '{supported()}'`"),
+        )
+    _sdk = SimpleNamespace(
+        Event=event_pb2.Event, EventFileWriter=EventFileWriter, hparams_pb=summary_v2.hparams_pb,
+        EventAccumulator=EventAccumulator, hparams_metadata=metadata,
+    )
+    return _sdk

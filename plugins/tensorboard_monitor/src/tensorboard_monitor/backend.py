@@ -1,0 +1,197 @@
+"""``TensorBoardMonitor``: the hooks that write a run's scalars and HParams to event files."""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from core_monitor import ConfigError, Event, RunInfo, hookimpl
+from core_monitor.events import rows_by_step
+
+from . import _compat
+from .storage import hparam_value, run_dir
+
+
+class TensorBoardMonitor:
+    """Write a run's scalars (and its config as HParams) to TensorBoard event files.
+
+    Constructed by the core as ``TensorBoardMonitor(run, **options)``; users select it as
+    ``Monitor(["tensorboard"], ..., tensorboard={"flush_secs": 30})``. TensorBoard is imported
+    here, in the constructor, never when ``tensorboard_monitor`` is imported.
+
+    Storage: one ``Event`` protobuf per step row of a ``log`` call (all scalars of that row as
+    ``Summary.Value(tag=..., simple_value=...)``), ``Event.step`` = the caller's step exactly
+    (int64: lower and repeated steps are kept in file order), ``Event.wall_time`` = the time of
+    the ``log`` call (``core_monitor.Event.wall_time``, seconds since the epoch). Values are
+    float32 (TensorBoard's ``simple_value``): about 7 significant digits; NaN and +-inf are
+    kept; finite values beyond +-3.4e38 become +-inf.
+
+    HParams: the config (``run.config`` merged with every ``Monitor.log_config`` call) is
+    written as one ``session_start_info`` summary on rank 0, at the first flush or close.
+    TensorBoard's HParams plugin keeps the first ``session_start_info`` of a run and ignores
+    later ones, so config given after that point cannot reach the HParams tab: it raises a
+    ``RuntimeWarning`` naming the keys.
+
+    Args:
+        run: the run (project, name, config, log_dir, rank) from the core.
+        flush_secs: seconds (> 0) between the writer thread's periodic flushes; TensorBoard's
+            and PyTorch's default is 120. ``Monitor.flush()`` and ``close()`` flush regardless.
+        max_queue: events (>= 1) the writer's queue holds before ``log`` waits for its thread;
+            PyTorch's ``SummaryWriter`` default is 10.
+        filename_suffix: text appended to the event file name (no path separators).
+        hparams: write the config as HParams data so it shows in TensorBoard's HParams tab;
+            ``False`` writes scalars only.
+
+    Raises:
+        ConfigError: an option has a wrong type or value, or the project / run name cannot
+            be a folder name (see ``run_dir``).
+        OSError: the run folder cannot be created.
+        BackendLoadError: the installed TensorBoard changed shape (see ``check_sdk``).
+    """
+
+    #: Backend name used when the class is passed to ``Monitor`` directly.
+    name = "tensorboard"
+    #: ``EventAccumulator`` sees every event after ``monitor_flush``.
+    rows_readable_after = "flush"
+    #: ``Summary.Value.simple_value`` is a float32.
+    value_dtype = "float32"
+    #: ``monitor_config`` merges late config into the run's HParams (see above).
+    stores_config = True
+
+    @classmethod
+    def check_sdk(cls) -> None:
+        """Import TensorBoard and check the modules the plugin uses.
+
+        Raises:
+            ImportError: TensorBoard is not installed.
+            BackendLoadError: TensorBoard changed shape; the message names the supported range.
+        """
+        _compat.sdk()
+
+    def __init__(
+        self,
+        run: RunInfo,
+        *,
+        flush_secs: float = 120.0,
+        max_queue: int = 10,
+        filename_suffix: str = "",
+        hparams: bool = True,
+    ) -> None:
+        _check_options(flush_secs, max_queue, filename_suffix, hparams)
+        sdk = _compat.sdk()
+        self.run = run
+        #: The folder this run's event file is in (absolute).
+        self.log_dir = run_dir(run.project, run.name, run.log_dir, rank=run.rank)
+        self._closed = False
+        self._Event = sdk.Event
+        self._hparams_pb = sdk.hparams_pb
+        self._writer = sdk.EventFileWriter(
+            str(self.log_dir),
+            max_queue_size=max_queue,
+            flush_secs=flush_secs,
+            filename_suffix=filename_suffix,
+        )
+        self._add_event = self._writer.add_event
+        self._start_time = time.time()
+        self._config = dict(run.config)
+        self._hparams = hparams and run.rank == 0  # HParams are written on rank 0 only
+        self._hparams_pending = self._hparams  # False once written
+
+    def _write_hparams(self) -> None:
+        # Only the session is written: the HParams plugin derives the experiment (hparam
+        # columns, metric columns from scalar tags) from all sessions under --logdir, whereas
+        # one experiment summary per run would hide every other run's hparams.
+        self._hparams_pending = False
+        if not self._config:
+            return
+        values = {key: hparam_value(value) for key, value in self._config.items()}
+        # One HParams row per run (as PyTorch's add_hparams), labelled with the run's path
+        # under --logdir; summary_v2's default, a hash of the values, would merge equal configs.
+        trial_id = f"{self.run.project}/{self.run.name}"
+        summary = self._hparams_pb(values, trial_id=trial_id, start_time_secs=self._start_time)
+        self._add_event(self._Event(wall_time=self._start_time, step=0, summary=summary))
+
+    @hookimpl
+    def monitor_write(self, events: Sequence[Event]) -> None:
+        """Write one TensorBoard ``Event`` per step row of the batch (see the class docstring).
+
+        Raises:
+            OSError: the writer is closed, or its thread failed to write (e.g. disk full).
+        """
+        new_event = self._Event
+        add_event = self._add_event
+        for step, wall_time, row in rows_by_step(events):
+            event = new_event(wall_time=wall_time, step=step)
+            add_value = event.summary.value.add
+            for tag, value in row.items():
+                add_value(tag=tag, simple_value=value)
+            add_event(event)
+
+    @hookimpl
+    def monitor_config(self, config: Mapping[str, Any]) -> None:
+        """Merge ``config`` into the run's HParams, if they are not written yet.
+
+        Raises:
+            RuntimeError: after ``monitor_close``.
+        """
+        if self._closed:
+            raise RuntimeError("tensorboard: monitor_config after monitor_close")
+        self._config.update(config)
+        if self._hparams_pending or not self._hparams:
+            return
+        warnings.warn(
+            f"tensorboard: the config keys {sorted(config)} arrived after the run's HParams were "
+            "written (at its first flush or close); TensorBoard shows the first HParams of "
+            "a run only, so they are not in its HParams tab. Call Monitor.log_config() before "
+            "the first flush() to have them there.",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+
+    @hookimpl
+    def monitor_flush(self) -> None:
+        """Block until every event written so far is in the event file (a no-op after close)."""
+        if not self._closed:
+            if self._hparams_pending:
+                self._write_hparams()
+            self._writer.flush()
+
+    @hookimpl
+    def monitor_close(self) -> None:
+        """Flush, stop the writer thread and close the event file. A second call does nothing."""
+        if not self._closed:
+            if self._hparams_pending:
+                self._write_hparams()
+            self._closed = True
+            self._writer.close()
+
+
+def _check_options(flush_secs: Any, max_queue: Any, filename_suffix: Any, hparams: Any) -> None:
+    if (
+        isinstance(flush_secs, bool)
+        or not isinstance(flush_secs, (int, float))
+        or not (math.isfinite(flush_secs) and flush_secs > 0)
+    ):
+        raise ConfigError(
+            f"tensorboard: option flush_secs={flush_secs!r} must be a number of seconds > 0, "
+            "e.g. flush_secs=120"
+        )
+    if isinstance(max_queue, bool) or not isinstance(max_queue, int) or max_queue < 1:
+        raise ConfigError(
+            f"tensorboard: option max_queue={max_queue!r} must be an integer >= 1, "
+            "e.g. max_queue=10"
+        )
+    if not isinstance(filename_suffix, str) or any(
+        sep in filename_suffix for sep in ("/", "\\", "\0")
+    ):
+        raise ConfigError(
+            f"tensorboard: option filename_suffix={filename_suffix!r} must be a str without "
+            "path separators, e.g. filename_suffix='.v2'"
+        )
+    if not isinstance(hparams, bool):
+        raise ConfigError(
+            f"tensorboard: option hparams={hparams!r} must be True or False"
+        )

@@ -1,0 +1,70 @@
+"""Read a run back from its event files with TensorBoard's own readers (tests, notebooks)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from core_monitor import RunInfo
+
+from . import _compat
+from .storage import run_dir
+
+
+def read_rows(run: RunInfo) -> list[tuple[str, int, float]]:
+    """Read a run's scalars back with TensorBoard's own ``EventAccumulator``.
+
+    Every point is returned (``size_guidance={"scalars": 0}``; the default keeps 10,000 per
+    tag). Order: tags in order of first appearance, each tag's points in file order (event
+    files in name order, as TensorBoard reads them). Only files directly in the run's folder are
+    read, not sub-runs such as ``rank1/``.
+
+    Args:
+        run: the run as the core describes it (``Monitor.run``); its folder is
+            ``run_dir(run.project, run.name, run.log_dir, rank=run.rank)``, so a rank above 0
+            reads the sub-run that rank wrote.
+
+    Returns:
+        ``[(tag, step, value), ...]`` with ``step`` an ``int`` and ``value`` the stored float32
+        as a Python ``float``.
+
+    Raises:
+        FileNotFoundError: the run has no folder.
+    """
+    accumulator = _accumulator(run, {"scalars": 0})
+    return [
+        (tag, int(point.step), float(point.value))
+        for tag in accumulator.Tags()["scalars"]
+        for point in accumulator.Scalars(tag)
+    ]
+
+
+def read_config(run: RunInfo) -> dict[str, Any]:
+    """Return the HParams TensorBoard shows for the run, ``{}`` when it has none.
+
+    Read from the run's ``session_start_info`` as TensorBoard's HParams plugin reads it: the
+    first one in the run's event files (TensorBoard ignores later ones). Values are as
+    ``hparam_value`` converts them: ``bool``, ``float`` or ``str`` (``[64, 64]`` reads back
+    as ``"[64, 64]"``, ``3`` as ``3.0``). Argument as for ``read_rows``.
+
+    Raises:
+        FileNotFoundError: the run has no folder.
+    """
+    sdk = _compat.sdk()
+    metadata = sdk.hparams_metadata
+    accumulator = _accumulator(run, None)
+    try:
+        content = accumulator.PluginTagToContent(metadata.PLUGIN_NAME)
+    except KeyError:  # no HParams data in the run at all
+        return {}
+    if metadata.SESSION_START_INFO_TAG not in content:
+        return {}
+    info = metadata.parse_session_start_info_plugin_data(content[metadata.SESSION_START_INFO_TAG])
+    return {key: getattr(value, value.WhichOneof("kind")) for key, value in info.hparams.items()
+            if value.WhichOneof("kind")}
+
+
+def _accumulator(run: RunInfo, size_guidance: dict[str, int] | None) -> Any:
+    folder = run_dir(run.project, run.name, run.log_dir, rank=run.rank)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"no TensorBoard run folder at {str(folder)!r}")
+    return _compat.sdk().EventAccumulator(str(folder), size_guidance=size_guidance).Reload()

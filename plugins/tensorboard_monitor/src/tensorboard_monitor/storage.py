@@ -1,0 +1,77 @@
+"""Where a run's event files go, and how config values become HParams values."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from core_monitor import ConfigError
+
+#: Where runs go when the caller gives no ``log_dir`` (PyTorch's ``SummaryWriter`` default).
+DEFAULT_LOG_DIR = "runs"
+
+# HParams numbers are float64; larger integers are written as their decimal text, exactly.
+_EXACT_INT = 2**53
+
+
+def run_dir(
+    project: str, name: str, log_dir: str | os.PathLike[str] | None, *, rank: int = 0
+) -> Path:
+    """Return the folder a run's event files go to, as an absolute path.
+
+    ``<log_dir>/<project>/<name>``, with ``log_dir=None`` meaning ``./runs`` (relative to the
+    current directory at the time of the call). A ``rank`` above 0 (only possible with
+    ``Monitor(..., rank_zero_only=False)``) adds ``rank<rank>``, so each process writes its own
+    TensorBoard run ``<project>/<name>/rank<rank>`` instead of interleaving with rank 0.
+
+    ``project`` and ``name`` may contain ``/`` (nested folders, shown by TensorBoard as one run
+    path), but no empty, ``.`` or ``..`` component, no NUL and no absolute path: a run never
+    writes outside ``log_dir``.
+
+    Raises:
+        ConfigError: ``project`` or ``name`` is not a safe relative path.
+    """
+    root = Path(DEFAULT_LOG_DIR if log_dir is None else log_dir)
+    folder = root.joinpath(*_components("project", project), *_components("run name", name))
+    if rank > 0:
+        folder = folder / f"rank{rank}"
+    return folder.absolute()
+
+
+def _components(label: str, value: str) -> list[str]:
+    parts = value.replace(os.sep, "/").split("/")
+    if (
+        not value
+        or "\0" in value
+        or Path(value).is_absolute()
+        or any(part in ("", ".", "..") for part in parts)
+    ):
+        raise ConfigError(
+            f"tensorboard: {label} {value!r} cannot be a folder name under log_dir; use a "
+            "non-empty name without empty, '.' or '..' path parts (e.g. 'run-1' or 'sweep/lr-3e-4')"
+        )
+    return parts
+
+
+def hparam_value(value: Any) -> bool | float | str:
+    """Convert one JSON-safe config value to what TensorBoard's HParams plugin accepts.
+
+    ``bool`` stays ``bool``; ``int`` with ``|value| <= 2**53`` and finite ``float`` become a
+    number (float64); larger ints and NaN/+-inf become their text (``"9007199254740993"``,
+    ``"nan"``, ``"inf"``, ``"-inf"``: the plugin serves hparams as JSON, which has no
+    non-finite numbers); ``str`` stays ``str``; anything else (``None``, lists, mappings) becomes
+    its JSON text (``"null"``, ``"[64, 64]"``), non-ASCII kept.
+    """
+    if isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, int):
+        return float(value) if -_EXACT_INT <= value <= _EXACT_INT else str(value)
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    try:
+        return json.dumps(value, ensure_ascii=False, sort_keys=True)
+    except (TypeError, ValueError):
+        return str(value)

@@ -1,0 +1,249 @@
+"""Every use of Trackio internals, in one place, with a check that they are still there.
+
+Trackio's public API (``trackio.init``/``log``/``finish``) works on one process-wide current run
+and folder, which a library must not take over, so the plugin drives ``trackio.run.Run`` itself.
+``check()`` verifies at first use that this Trackio still has the shape relied on, else raises
+``core_monitor.BackendLoadError`` naming the supported range (the plugin's declared dependency).
+Nothing here imports Trackio at module import.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import functools
+import importlib.metadata
+import importlib.util
+import inspect
+import io
+import json
+import sys
+import warnings
+from collections.abc import Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from core_monitor import BackendLoadError
+
+DISTRIBUTION = "trackio-monitor"
+TARGET = "trackio_monitor:TrackioMonitor"
+#: The tested range, as in pyproject.toml (used when the distribution's metadata is absent).
+SUPPORTED_FALLBACK = "trackio>=0.42,<0.44"
+
+#: Tags Trackio keeps for itself (``trackio.utils.RESERVED_KEYS``), checked by ``check()``.
+#: Trackio stores each of them, and every tag starting with ``"__"``, as ``"__" + tag``.
+RESERVED_TAGS: tuple[str, ...] = ("project", "run", "timestamp", "step", "time", "metrics")
+
+# Run.__init__ arguments the plugin passes, and the private Run members it uses.
+_RUN_ARGS = ("url", "project", "client", "name", "run_id", "group", "config", "existing_runs",
+             "auto_log_gpu", "auto_log_cpu")
+_RUN_MEMBERS = ("_get_username", "_flush_queues_inline", "finish", "log")
+_RUN_STATE = ("_client_lock", "_config_logged", "_stop_flag", "config", "id", "name", "project")
+_checked = False
+
+
+# The SDK is imported only when a backend is built, but must be there for the plugin to load.
+SDK = "trackio"
+if importlib.util.find_spec(SDK) is None:
+    raise ModuleNotFoundError(f"No module named {SDK!r} ({DISTRIBUTION} needs it)", name=SDK)
+
+
+def supported() -> str:
+    """The Trackio requirement the installed plugin declares, e.g. ``"trackio<0.44,>=0.42"``."""
+    try:
+        requires = importlib.metadata.requires(DISTRIBUTION) or []
+    except importlib.metadata.PackageNotFoundError:
+        return SUPPORTED_FALLBACK
+    found = [r.split(";")[0].strip() for r in requires if r.lower().startswith("trackio")]
+    return found[0] if found else SUPPORTED_FALLBACK
+
+
+def check() -> None:
+    """Import Trackio and check every internal the plugin uses (the first call only).
+
+    Raises:
+        BackendLoadError: Trackio lacks something the plugin uses (names the supported range).
+    """
+    global _checked
+    if _checked:
+        return
+    import trackio
+    from trackio import context_vars, utils
+    from trackio.run import Run
+    from trackio.sqlite_storage import SQLiteStorage
+
+    problems = []
+    missing_args = set(_RUN_ARGS) - set(inspect.signature(Run.__init__).parameters)
+    if missing_args:
+        problems.append(f"trackio.run.Run() takes no {sorted(missing_args)}")
+    problems += [f"no Run.{m}" for m in _RUN_MEMBERS if not callable(getattr(Run, m, None))]
+    if tuple(sorted(getattr(utils, "RESERVED_KEYS", ()))) != tuple(sorted(RESERVED_TAGS)):
+        problems.append("trackio.utils.RESERVED_KEYS changed")
+    if not isinstance(getattr(utils, "TRACKIO_DIR", None), Path):
+        problems.append("no trackio.utils.TRACKIO_DIR path")
+    if not isinstance(getattr(context_vars, "current_run", None), contextvars.ContextVar):
+        problems.append("no trackio.context_vars.current_run")
+    for name in ("get_project_db_filename", "validate_project_name", "init_db",
+                 "get_latest_run_record_by_name", "_get_process_lock", "_get_connection"):
+        if not callable(getattr(SQLiteStorage, name, None)):
+            problems.append(f"no SQLiteStorage.{name}")
+    for name in ("serialize_values", "deserialize_values", "to_json_safe"):
+        if not callable(getattr(utils, name, None)):
+            problems.append(f"no trackio.utils.{name}")
+    if problems:
+        raise unsupported(trackio.__version__, problems)
+    _checked = True
+
+
+def check_run(run: Any) -> None:
+    """Check the private members that only a started ``Run`` has; ``BackendLoadError`` if not."""
+    import trackio
+
+    problems = [f"no Run.{name}" for name in _RUN_STATE if not hasattr(run, name)]
+    if problems:
+        raise unsupported(trackio.__version__, problems)
+
+
+def unsupported(sdk_version: str, problems: list[str]) -> BackendLoadError:
+    """The error for a Trackio that lacks what the plugin uses, naming the supported range."""
+    try:
+        version = importlib.metadata.version(DISTRIBUTION)
+    except importlib.metadata.PackageNotFoundError:
+        version = "unknown"
+    return BackendLoadError(
+        "trackio", DISTRIBUTION, version, TARGET,
+        RuntimeError(f"trackio {sdk_version} is not supported ({'; '.join(problems)}); this "
+                     f"plugin supports {supported()}: `pip install '{supported()}'`"),
+    )
+
+
+@functools.cache
+def local_run_class() -> type:
+    """``trackio.run.Run`` minus the Hub look-up of the user name: ``Run.__init__`` calls
+    ``huggingface_hub.whoami`` (a network request) whenever a Hugging Face token is configured,
+    only to store ``_Username`` in the config. A local run needs no account."""
+    from trackio.run import Run
+
+    class LocalRun(Run):
+        def _get_username(self) -> str | None:
+            return None
+
+    return LocalRun
+
+
+def new_local_run(**kwargs: Any) -> Any:
+    """``Run(url=None, client=None, existing_runs=[], **kwargs)`` without the Hub look-up."""
+    return local_run_class()(url=None, client=None, existing_runs=[], **kwargs)
+
+
+def init_remote(**init_kwargs: Any) -> Any:
+    """``trackio.init(**init_kwargs)``, leaving Trackio's process-wide state as it was.
+
+    ``trackio.init`` finishes the current run (a script's own), makes the new run current and
+    sets ``trackio.config``: all of that is undone (every ``ContextVar`` of
+    ``trackio.context_vars`` is saved and restored), so ``trackio.log`` keeps going to the
+    script's own run.
+    """
+    import trackio
+    from trackio import context_vars
+
+    variables = [v for v in vars(context_vars).values() if isinstance(v, contextvars.ContextVar)]
+    saved = [(variable, variable.get()) for variable in variables]
+    saved_config = trackio.config
+    context_vars.current_run.set(None)
+    try:
+        return trackio.init(**init_kwargs)
+    finally:
+        for variable, value in saved:
+            variable.set(value)
+        trackio.config = saved_config
+
+
+def flush_now(run: Any) -> None:
+    """Write the run's queued rows to SQLite now: what Trackio's sender thread does every 0.5 s
+    (``Run._flush_queues_inline`` under ``Run._client_lock``)."""
+    with run._client_lock:
+        run._flush_queues_inline()
+
+
+def store_config(run: Any, update: dict[str, Any], *, local: bool) -> None:
+    """Merge ``update`` into the run's config where Trackio's dashboard reads it.
+
+    Trackio writes ``Run.config`` to its ``configs`` table (one row per run, ``INSERT OR
+    REPLACE``) with the run's first logged row only. Before that row the merge is enough. After
+    it, a local run writes the merged config at once (queued rows first, so none replaces it
+    with an older config); a remote run sends it with its next logged row."""
+    from trackio import utils
+    from trackio.sqlite_storage import SQLiteStorage
+
+    with run._client_lock:
+        run.config.update(update)
+        if not run._config_logged:
+            return
+        if not local:
+            run._config_logged = False
+            return
+        run._flush_queues_inline()
+        config = json.dumps(utils.serialize_values(utils.to_json_safe(run.config)))
+        db = SQLiteStorage.init_db(run.project)
+        with SQLiteStorage._get_process_lock(run.project), \
+                SQLiteStorage._get_connection(db) as conn:
+            conn.execute(
+                "INSERT OR REPLACE INTO configs (run_id, run_name, config, created_at) "
+                "VALUES (?, ?, ?, ?)",
+                (run.id, run.name, config, datetime.now(timezone.utc).isoformat()),
+            )
+
+
+def log_renaming(log: Any, row: dict[str, float], step: int) -> None:
+    """``log(row, step=step)`` without Trackio's "Reserved keys renamed" warning (matched by its
+    text: it has no category of its own). The rename is this plugin's documented convention,
+    reversed by ``read_rows``, not a problem of the caller's."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Reserved keys renamed")
+        log(row, step=step)
+
+
+@contextlib.contextmanager
+def stdout_hidden(hide: bool) -> Iterator[None]:
+    """Hide Trackio's ``print`` lines (it has no verbosity switch). ``sys.stdout`` is swapped
+    process-wide for the duration, so other threads' prints in that window are hidden too."""
+    if not hide:
+        yield
+        return
+    with contextlib.redirect_stdout(io.StringIO()):
+        yield
+
+
+def trackio_home() -> Path:
+    """The folder Trackio writes to right now (``trackio.utils.TRACKIO_DIR``)."""
+    from trackio import utils
+    return utils.TRACKIO_DIR
+
+
+def user_run() -> Any:
+    """The script's own unfinished Trackio run (``trackio.init``), if this context has one."""
+    from trackio import context_vars
+
+    run = context_vars.current_run.get()
+    stop = getattr(run, "_stop_flag", None)
+    if run is None or (stop is not None and stop.is_set()):
+        return None
+    return run
+
+
+def point_trackio_at(new: Path) -> None:
+    """Replace, in every loaded ``trackio`` module, each global path that is Trackio's folder or
+    lies inside it (``TRACKIO_DIR``, ``MEDIA_DIR``, ``ARTIFACTS_DIR``, ...) by its twin under
+    ``new``. Trackio reads ``TRACKIO_DIR`` once, at import, and several modules copy it (and
+    paths derived from it) into their own globals; modules imported later copy the new values
+    from ``trackio.utils``."""
+    old = trackio_home()
+    for module_name, module in list(sys.modules.items()):
+        if module is None or not (module_name == "trackio" or module_name.startswith("trackio.")):
+            continue
+        namespace = vars(module)
+        for attr, value in list(namespace.items()):
+            if isinstance(value, Path) and (value == old or old in value.parents):
+                namespace[attr] = new / value.relative_to(old)

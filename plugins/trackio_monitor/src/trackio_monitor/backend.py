@@ -1,0 +1,246 @@
+"""``TrackioMonitor``: the hooks that write a run into Trackio's local SQLite database."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from core_monitor import ConfigError, Event, RunInfo, hookimpl
+from core_monitor.events import rows_by_step
+
+from . import _compat, folder
+from ._compat import RESERVED_TAGS
+from .reader import CONFIG_PREFIX, RENAME_PREFIX, stored_name
+
+_RESUME = ("never", "allow", "must")
+
+
+class TrackioMonitor:
+    """Core-monitor backend writing to Trackio (``trackio.Run``), local and offline by default.
+
+    Built by the core as ``TrackioMonitor(run, **options)``; users select it as ``"trackio"``
+    and pass options as ``Monitor([...], trackio={...})``. Trackio is imported here, in the
+    constructor, never when ``trackio_monitor`` is imported.
+
+    Args:
+        run: the run (project, name, sanitised config, ``log_dir``, rank). ``project`` is
+            Trackio's project; the run name is ``run.name`` (``<name>-rank<rank>`` on ranks above
+            0, which write only with ``Monitor(..., rank_zero_only=False)``).
+        group: Trackio run group (dashboard grouping), or ``None``.
+        resume: Trackio's ``resume``: ``"never"`` (default) starts a new run even when one of
+            that name exists; ``"allow"`` continues the latest run of that name if any;
+            ``"must"`` continues it and raises ``ConfigError`` if there is none.
+        space_id: log to this Hugging Face Space (``"user/space"``) through ``trackio.init``
+            instead of locally. Reaches the network; needs a Hub token.
+        server_url: log to a self-hosted Trackio server (``http(s)://...``, with its
+            ``write_token``) through ``trackio.init``. Reaches the network.
+        private: make a newly created Space private (only with ``space_id``).
+        auto_log_gpu: Trackio's GPU system metrics (every 10 s, in its ``system_metrics``
+            table). ``False`` by default; ``None`` lets Trackio decide (on when a GPU is found).
+        auto_log_cpu: Trackio's CPU/RAM system metrics, as ``auto_log_gpu`` (needs ``psutil``).
+        quiet: ``True`` (default) keeps Trackio's start and finish lines off stdout, so a training
+            log stays clean; ``False`` prints where the data goes and how to open the dashboard.
+
+    Raises:
+        ConfigError: an option value is invalid (the message names option, value and fix), the
+            project name is one Trackio refuses, ``resume="must"`` finds no run, or another
+            Trackio run of this process writes to a different folder (Trackio has one folder per
+            process).
+        BackendLoadError: the installed Trackio lacks an internal the plugin uses (see
+            ``check_sdk``).
+    """
+
+    #: Backend name when the class is passed to ``Monitor`` directly.
+    name = "trackio"
+    #: ``monitor_flush`` writes Trackio's queue to SQLite, so rows are readable after a flush.
+    rows_readable_after = "flush"
+    #: Trackio stores values as JSON numbers: float64, exactly.
+    value_dtype = "float64"
+    #: ``monitor_config`` merges late config into Trackio's run config.
+    stores_config = True
+    #: Tags Trackio renames to ``"__" + tag`` (plus any tag starting with ``"__"``).
+    renamed_tags = RESERVED_TAGS
+
+    @classmethod
+    def check_sdk(cls) -> None:
+        """Import Trackio and check every internal the plugin uses.
+
+        Raises:
+            ImportError: Trackio is not installed.
+            BackendLoadError: this Trackio changed shape; the message names the supported range.
+        """
+        _compat.check()
+
+    def __init__(
+        self,
+        run: RunInfo,
+        *,
+        group: str | None = None,
+        resume: str = "never",
+        space_id: str | None = None,
+        server_url: str | None = None,
+        private: bool | None = None,
+        auto_log_gpu: bool | None = False,
+        auto_log_cpu: bool | None = False,
+        quiet: bool = True,
+    ) -> None:
+        _check_options(group, resume, space_id, server_url, private, auto_log_gpu,
+                       auto_log_cpu, quiet)
+        _compat.check()
+        from trackio.sqlite_storage import SQLiteStorage
+
+        try:
+            SQLiteStorage.validate_project_name(run.project)
+        except ValueError as error:
+            raise ConfigError(f"trackio: {error}") from None
+
+        self._quiet = quiet
+        self._remote = space_id is not None or server_url is not None
+        name = stored_name(run)
+        config = _trackio_config(run.config)
+        self._dir = folder.acquire(
+            None if run.log_dir is None
+            else Path(run.log_dir).expanduser().resolve() / folder.SUBDIR
+        )
+        try:
+            with _compat.stdout_hidden(quiet):
+                if self._remote:
+                    self._run: Any = _compat.init_remote(
+                        project=run.project, name=name, group=group, space_id=space_id,
+                        server_url=server_url, config=config, resume=resume, private=private,
+                        embed=False, auto_log_gpu=auto_log_gpu, auto_log_cpu=auto_log_cpu,
+                    )
+                else:
+                    self._run = _start_local(
+                        run.project, name, config, group=group, resume=resume,
+                        auto_log_gpu=auto_log_gpu, auto_log_cpu=auto_log_cpu,
+                    )
+            _compat.check_run(self._run)
+        except BaseException:
+            folder.release(self._dir)
+            raise
+        if not quiet and not self._remote:
+            env = "" if folder.is_home(self._dir) else f"TRACKIO_DIR={self._dir} "
+            print(f"* Trackio project {run.project!r}, run {self._run.name!r}: metrics logged "
+                  f"to {self._dir}")
+            print(f'* View the dashboard: {env}trackio show --project "{run.project}"')
+        self._log = self._run.log
+        self._plain_tags: set[str] = set()
+
+    @hookimpl
+    def monitor_write(self, events: Sequence[Event]) -> None:
+        """One ``Run.log(row, step=step)`` per step of the batch, the step exactly as given."""
+        log = self._log
+        if self._run is None:
+            raise RuntimeError("trackio: monitor_write after monitor_close")
+        plain = self._plain_tags
+        for step, _, row in rows_by_step(events):
+            if row.keys() <= plain:
+                log(row, step=step)
+            else:
+                self._log_new_tags(row, step)
+
+    def _log_new_tags(self, row: dict[str, float], step: int) -> None:
+        reserved = [t for t in row if t in RESERVED_TAGS or t.startswith(RENAME_PREFIX)]
+        self._plain_tags.update(t for t in row if t not in reserved)
+        if reserved:
+            _compat.log_renaming(self._log, row, step)
+        else:
+            self._log(row, step=step)
+
+    @hookimpl
+    def monitor_config(self, config: Mapping[str, Any]) -> None:
+        """Merge ``config`` into the run's Trackio config (the dashboard's run config).
+
+        Local runs store it at once (or with the first row when nothing was logged yet); with
+        ``space_id``/``server_url`` it reaches the server with the next logged row.
+        """
+        if self._run is None:
+            raise RuntimeError("trackio: monitor_config after monitor_close")
+        _compat.store_config(self._run, _trackio_config(config), local=not self._remote)
+
+    @hookimpl
+    def monitor_flush(self) -> None:
+        """Write Trackio's queued rows to its SQLite database now (local runs).
+
+        With ``space_id``/``server_url`` Trackio's own thread sends the rows (every 0.5 s);
+        flushing does not force a send.
+        """
+        if self._run is not None and not self._remote:
+            _compat.flush_now(self._run)
+
+    @hookimpl
+    def monitor_close(self) -> None:
+        """Flush, finish the Trackio run (its sender thread ends). A second call does nothing."""
+        run, self._run = self._run, None
+        if run is None:
+            return
+        try:
+            if not self._remote:
+                _compat.flush_now(run)
+            with _compat.stdout_hidden(self._quiet):
+                run.finish()
+        finally:
+            folder.release(self._dir)
+
+
+def _check_options(group: Any, resume: Any, space_id: Any, server_url: Any, private: Any,
+                   auto_log_gpu: Any, auto_log_cpu: Any, quiet: Any) -> None:
+    _check_str("group", group, "a group name such as 'sweep-1'")
+    if resume not in _RESUME:
+        raise ConfigError(
+            f"trackio: resume={resume!r} is not one of {', '.join(map(repr, _RESUME))}; "
+            "use resume='allow' to continue a run of the same name if it exists"
+        )
+    _check_str("space_id", space_id, "a Space id such as 'user/my-space'")
+    _check_str("server_url", server_url, "a URL such as 'https://host:7860/?write_token=...'")
+    if server_url is not None and not server_url.startswith(("http://", "https://")):
+        raise ConfigError(f"trackio: server_url={server_url!r} must start with http:// or https://")
+    for option, value in (("private", private), ("auto_log_gpu", auto_log_gpu),
+                          ("auto_log_cpu", auto_log_cpu)):
+        if value is not None and not isinstance(value, bool):
+            raise ConfigError(f"trackio: {option}={value!r} must be True, False or None")
+    if not isinstance(quiet, bool):
+        raise ConfigError(f"trackio: quiet={quiet!r} must be True or False")
+
+
+def _check_str(option: str, value: Any, example: str) -> None:
+    if value is not None and (not isinstance(value, str) or not value.strip()):
+        raise ConfigError(f"trackio: {option}={value!r} must be None or {example}")
+
+
+def _trackio_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A config as Trackio accepts it: Trackio refuses keys starting with ``_`` (its own
+    ``_Username``, ``_Created``, ``_Group``), so such a key ``_k`` is stored as ``config._k``."""
+    return {(CONFIG_PREFIX + key if key.startswith("_") else key): value
+            for key, value in config.items()}
+
+
+def _start_local(
+    project: str, name: str, config: dict[str, Any], *, group: str | None, resume: str,
+    auto_log_gpu: bool | None, auto_log_cpu: bool | None,
+) -> Any:
+    """Start a local run the way ``trackio.init`` does, without touching Trackio's globals."""
+    from trackio.apple_gpu import apple_gpu_available
+    from trackio.cpu import cpu_available
+    from trackio.gpu import gpu_available
+    from trackio.sqlite_storage import SQLiteStorage
+
+    run_id = None
+    if resume != "never":
+        record = SQLiteStorage.get_latest_run_record_by_name(project, name)
+        if record is None and resume == "must":
+            raise ConfigError(
+                f"trackio: resume='must' but project {project!r} has no run named {name!r} in "
+                f"{_compat.trackio_home()}; use resume='allow' to start it when missing"
+            )
+        run_id = None if record is None else record["id"]
+    if auto_log_gpu is None:
+        auto_log_gpu = gpu_available() or apple_gpu_available()
+    if auto_log_cpu is None:
+        auto_log_cpu = cpu_available()
+    return _compat.new_local_run(
+        project=project, name=name, run_id=run_id, group=group, config=config,
+        auto_log_gpu=auto_log_gpu, auto_log_cpu=auto_log_cpu,
+    )

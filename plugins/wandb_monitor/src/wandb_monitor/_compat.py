@@ -1,0 +1,248 @@
+"""Every use of wandb internals, in one place, with a check that they are still there.
+
+Two things have no public API in wandb: (1) a library's run that must not become the user's
+(wandb's active-run list, ``wandb_setup._singleton`` and its ``_pid``/``_connection``, to know
+whether this process started wandb's service and may stop it), and (2) reading an offline run
+back: wandb writes no history JSON offline and ships no Python reader, so ``read_records``
+decodes the ``.wandb`` transaction log (LevelDB-log framing: 32 KiB blocks, CRC-32 per chunk)
+into wandb's own ``Record`` protobuf messages. ``check()`` verifies at first use that wandb
+still has the shape relied on, else raises ``core_monitor.BackendLoadError`` naming the
+supported range (the plugin's declared dependency). Nothing here imports wandb at module import.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import inspect
+import os
+import struct
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from core_monitor import BackendLoadError
+
+DISTRIBUTION = "wandb-monitor"
+TARGET = "wandb_monitor:WandbMonitor"
+#: The tested range, as in pyproject.toml (used when the distribution's metadata is absent).
+SUPPORTED_FALLBACK = "wandb>=0.31,<0.32"
+
+# The .wandb transaction log (wandb-core's transactionlog/leveldb packages): a 7-byte header,
+# then LevelDB log records in 32 KiB blocks: crc32 (IEEE, of type byte + data), uint16 length,
+# uint8 type, data. A record may be split into FIRST, MIDDLE..., LAST chunks across blocks.
+_HEADER = b":W&B" + struct.pack("<HB", 0xBEE1, 0)
+_BLOCK = 32768
+_CHUNK_HEADER = struct.Struct("<IHB")
+_FULL, _FIRST, _MIDDLE, _LAST = 1, 2, 3, 4
+_RECORD_FIELDS = ("history", "run", "config", "exit", "metric")
+_checked = False
+
+
+# The SDK is imported only when a backend is built, but must be there for the plugin to load.
+SDK = "wandb"
+if importlib.util.find_spec(SDK) is None:
+    raise ModuleNotFoundError(f"No module named {SDK!r} ({DISTRIBUTION} needs it)", name=SDK)
+
+
+def supported() -> str:
+    """The wandb requirement the installed plugin declares, e.g. ``"wandb<0.32,>=0.31"``."""
+    try:
+        requires = importlib.metadata.requires(DISTRIBUTION) or []
+    except importlib.metadata.PackageNotFoundError:
+        return SUPPORTED_FALLBACK
+    found = [r.split(";")[0].strip() for r in requires if r.lower().startswith("wandb")]
+    return found[0] if found else SUPPORTED_FALLBACK
+
+
+def check() -> None:
+    """Import wandb and check every internal the plugin uses (the first call only).
+
+    Raises:
+        BackendLoadError: wandb lacks something the plugin uses (names the supported range).
+    """
+    global _checked
+    if _checked:
+        return
+    import wandb
+    from wandb.proto import wandb_internal_pb2
+    from wandb.sdk import wandb_setup
+
+    problems = []
+    setup = getattr(wandb_setup, "_WandbSetup", None)
+    init_names = set(setup.__init__.__code__.co_names) if setup is not None else set()
+    if not hasattr(wandb_setup, "_singleton") or not {"_pid", "_connection"} <= init_names:
+        problems.append("no wandb_setup._singleton with _pid and _connection")
+    problems += [f"no _WandbSetup.{m}" for m in ("remove_active_run", "most_recent_active_run")
+                 if not hasattr(setup, m)]
+    if "reinit" not in inspect.signature(wandb.init).parameters:
+        problems.append("wandb.init() takes no reinit")
+    fields = wandb_internal_pb2.Record.DESCRIPTOR.fields_by_name
+    problems += [f"no Record.{f}" for f in _RECORD_FIELDS if f not in fields]
+    if problems:
+        raise unsupported(wandb.__version__, problems)
+    _checked = True
+
+
+def unsupported(sdk_version: str, problems: list[str]) -> BackendLoadError:
+    """The error for a wandb that lacks what the plugin uses, naming the supported range."""
+    try:
+        version = importlib.metadata.version(DISTRIBUTION)
+    except importlib.metadata.PackageNotFoundError:
+        version = "unknown"
+    return BackendLoadError(
+        "wandb", DISTRIBUTION, version, TARGET,
+        RuntimeError(f"wandb {sdk_version} is not supported ({'; '.join(problems)}); this "
+                     f"plugin supports {supported()}: `pip install '{supported()}'`"),
+    )
+
+
+# wandb's process-wide state ------------------------------------------------------------------
+
+
+def service_running() -> bool | None:
+    """Whether this process has a wandb service connection; ``None`` if wandb changed inside."""
+    from wandb.sdk import wandb_setup
+
+    singleton = getattr(wandb_setup, "_singleton", False)
+    if singleton is False:
+        return None
+    if singleton is None or getattr(singleton, "_pid", None) != os.getpid():
+        return False
+    connection = getattr(singleton, "_connection", False)
+    return None if connection is False else connection is not None
+
+
+def other_runs_active() -> bool:
+    """Whether a run not started by this plugin is active in this process."""
+    import wandb
+    from wandb.sdk import wandb_setup
+
+    if wandb.run is not None:
+        return True
+    singleton = getattr(wandb_setup, "_singleton", None)
+    if singleton is None or getattr(singleton, "_pid", None) != os.getpid():
+        return False
+    try:
+        return singleton.most_recent_active_run is not None
+    except Exception:  # wandb changed inside: assume someone else's run is active
+        return True
+
+
+def detach(run: Any) -> None:
+    """Hide ``run`` from wandb's list of active runs: what a user's own ``wandb.init()``
+    (``reinit="default"``) returns instead of a new run, and what ``reinit="finish_previous"``
+    finishes. Without this, the user would get this plugin's run, or finish it."""
+    from wandb.sdk import wandb_setup
+
+    wandb_setup.singleton().remove_active_run(run)
+
+
+# The .wandb transaction log ------------------------------------------------------------------
+
+
+def read_records(path: str | os.PathLike[str]) -> Iterator[Any]:
+    """Yield the ``wandb.proto.wandb_internal_pb2.Record`` messages of a ``.wandb`` file in order.
+
+    Args:
+        path: a ``run-<id>.wandb`` file, or a run folder holding exactly one.
+
+    A file still being written ends at its last complete record (wandb-core writes whole
+    32 KiB blocks until the run finishes).
+
+    Raises:
+        FileNotFoundError: no such file, or the folder holds no ``.wandb`` file.
+        ValueError: not a wandb transaction log (header), an unknown format version, a folder
+            with several ``.wandb`` files, or a corrupt chunk (checksum); the message says which.
+    """
+    from wandb.proto import wandb_internal_pb2
+
+    file = _wandb_file(path)
+    data = file.read_bytes()
+    if len(data) < len(_HEADER) and _HEADER.startswith(data):
+        return  # just created: nothing written yet
+    if data[:6] != _HEADER[:6]:
+        raise ValueError(f"{str(file)!r} is not a wandb transaction log (bad header)")
+    if data[6] != _HEADER[6]:
+        raise ValueError(f"{str(file)!r} has transaction log version {data[6]}; this reader "
+                         f"knows version 0 ({supported()}): upgrade wandb-monitor")
+    for payload in _payloads(data, 0, file):
+        record = wandb_internal_pb2.Record()
+        record.ParseFromString(payload)
+        yield record
+
+
+def _payloads(data: bytes, start: int, file: Path) -> Iterator[bytes]:
+    """Yield whole records of ``data`` (a file's bytes from block-aligned offset ``start``).
+
+    Chunks that continue a record begun before ``start`` are skipped; a truncated tail ends the
+    iteration (the writer has not got there yet).
+    """
+    pos = len(_HEADER) if start == 0 else 0
+    offset = start
+    parts: list[bytes] | None = None
+    size = len(data)
+    while True:
+        left = _BLOCK - (offset + pos) % _BLOCK
+        if left < _CHUNK_HEADER.size:  # block trailer: zero padding
+            pos += left
+            continue
+        if pos + _CHUNK_HEADER.size > size:
+            return
+        crc, length, kind = _CHUNK_HEADER.unpack_from(data, pos)
+        end = pos + _CHUNK_HEADER.size + length
+        if end > size or (crc == 0 and length == 0 and kind == 0):
+            return  # not written yet
+        chunk = data[pos + _CHUNK_HEADER.size : end]
+        if zlib.crc32(chunk, zlib.crc32(bytes((kind,)))) != crc:
+            raise ValueError(
+                f"{str(file)!r} is corrupt: checksum mismatch in the chunk at byte {offset + pos}"
+            )
+        pos = end
+        if kind == _FULL:
+            parts = None
+            yield chunk
+        elif kind == _FIRST:
+            parts = [chunk]
+        elif kind == _MIDDLE and parts is not None:
+            parts.append(chunk)
+        elif kind == _LAST and parts is not None:
+            parts.append(chunk)
+            yield b"".join(parts)
+            parts = None
+
+
+def _wandb_file(path: str | os.PathLike[str]) -> Path:
+    path = Path(path)
+    if path.is_dir():
+        files = sorted(path.glob("run-*.wandb"))
+        if not files:
+            raise FileNotFoundError(f"no run-*.wandb file in {str(path)!r}")
+        if len(files) > 1:
+            raise ValueError(f"{str(path)!r} holds several .wandb files; pass one: {files}")
+        return files[0]
+    if not path.is_file():
+        raise FileNotFoundError(f"no wandb run file or folder at {str(path)!r}")
+    return path
+
+
+def exit_record_written(file: Path) -> bool:
+    """Whether the run's exit record (wandb's last record of a finished run) is in ``file``
+    (reads only the last two blocks: the exit record is small and comes last)."""
+    from wandb.proto import wandb_internal_pb2
+
+    try:
+        size = file.stat().st_size
+        start = max(0, size - 2 * _BLOCK) // _BLOCK * _BLOCK
+        with file.open("rb") as stream:
+            stream.seek(start)
+            data = stream.read()
+        record = wandb_internal_pb2.Record()
+        for payload in _payloads(data, start, file):
+            record.ParseFromString(payload)
+            if record.HasField("exit"):
+                return True
+    except (OSError, ValueError):  # not created yet, or a chunk caught mid-write
+        return False
+    return False

@@ -1,0 +1,246 @@
+"""``WandbMonitor``: the hooks that log a run to wandb, every point at the caller's step."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from core_monitor import ConfigError, Event, RunInfo, hookimpl
+from core_monitor.events import rows_by_step
+
+from . import _compat, service
+from .reader import DEFAULT_STEP_METRIC, ESCAPE, stored_name
+
+_ESCAPED_FIRST = "_" + ESCAPE  # first characters of the names that get the ESCAPE prefix
+
+_MODES = ("online", "offline", "disabled")
+_STEP_METRIC = re.compile(r"[A-Za-z][A-Za-z0-9_\-/]*")
+
+
+class WandbMonitor:
+    """Log a run's scalars to one wandb run, each point at the caller's step.
+
+    Constructed by the core as ``WandbMonitor(run, **options)``; users select it as
+    ``Monitor(["wandb"], ..., wandb={"mode": "offline", "entity": "team"})``. One wandb run per
+    ``Monitor``, started with ``wandb.init(reinit="create_new")``: it never becomes
+    ``wandb.run``, is hidden from wandb's active-run list (a user's own ``wandb.init()`` starts
+    their own run instead of returning this one) and is written through its own ``Run``
+    methods, never the global ``wandb.log``. wandb is imported here, in the constructor, never
+    when ``wandb_monitor`` is imported.
+
+    Storage: one history row per step row of a batch (``core_monitor.events.rows_by_step``:
+    all tags of one ``log`` call at one step), logged without ``step=`` so wandb keeps every
+    row; the row holds ``step_metric`` = the caller's step (an exact integer) and
+    ``_timestamp`` = the ``log`` call's wall time (``Event.wall_time``, the convention of
+    wandb's own TensorBoard import). Values are float64; NaN and +-inf are kept. A tag that
+    starts with ``_`` (wandb's reserved prefix) or ``ESCAPE``, or equals ``step_metric``, is
+    stored with the ``ESCAPE`` prefix (``_x`` -> ``~_x``); so are such config keys.
+    ``run.config`` goes in as the run's config (``Monitor.log_config`` merges more keys into
+    it), ``run.project``/``run.name`` as project and display name (``<name>-rank<r>`` on a
+    rank ``r > 0``).
+
+    Args:
+        run: the run (project, name, config, log_dir, rank) from the core.
+        mode: ``"online"``, ``"offline"`` or ``"disabled"``; ``None`` (default) follows wandb's
+            own settings (``WANDB_MODE``, ``wandb offline``, else online).
+        entity: wandb entity (user or team); ``None`` for wandb's default.
+        group: run group (e.g. one per distributed job or sweep); ``None`` for none.
+        job_type: run job type, e.g. ``"train"``; ``None`` for none.
+        tags: run tags, a sequence of ``str``.
+        notes: run description.
+        step_metric: name of the metric holding the caller's step: a letter, then letters,
+            digits, ``_``, ``-`` or ``/`` (no ``.``, which wandb reads as nesting).
+        settings: extra ``wandb.Settings`` fields, e.g. ``{"console": "off",
+            "x_disable_stats": True}``; ``None`` keeps wandb's defaults and environment.
+
+    Raises:
+        ConfigError: an option has a wrong type or value (``settings``: an unknown or invalid
+            ``wandb.Settings`` field; values are not echoed).
+        wandb.Error: ``wandb.init`` failed (e.g. online without credentials).
+        BackendLoadError: the installed wandb changed shape (see ``check_sdk``).
+    """
+
+    #: Backend name used when the class is passed to ``Monitor`` directly.
+    name = "wandb"
+    #: wandb has no public flush and writes the ``.wandb`` file in 32 KiB blocks: rows are
+    #: complete on disk only once ``monitor_close`` returns.
+    rows_readable_after = "close"
+    #: History values are JSON numbers (float64).
+    value_dtype = "float64"
+    #: ``monitor_config`` merges late config into ``run.config``.
+    stores_config = True
+
+    @classmethod
+    def check_sdk(cls) -> None:
+        """Import wandb and check every internal the plugin uses.
+
+        Raises:
+            ImportError: wandb is not installed.
+            BackendLoadError: wandb changed shape; the message names the supported range.
+        """
+        _compat.check()
+
+    def __init__(
+        self,
+        run: RunInfo,
+        *,
+        mode: str | None = None,
+        entity: str | None = None,
+        group: str | None = None,
+        job_type: str | None = None,
+        tags: Sequence[str] | None = None,
+        notes: str | None = None,
+        step_metric: str = DEFAULT_STEP_METRIC,
+        settings: Mapping[str, Any] | None = None,
+    ) -> None:
+        _check_options(mode, entity, group, job_type, tags, notes, step_metric)
+        _compat.check()
+        init: dict[str, Any] = {
+            "project": run.project,
+            "name": stored_name(run),
+            "config": {_escape(key, step_metric): value for key, value in run.config.items()},
+            "reinit": "create_new",
+            "settings": _settings(settings),
+        }
+        for key, value in (("mode", mode), ("entity", entity), ("group", group),
+                           ("job_type", job_type), ("notes", notes)):
+            if value is not None:
+                init[key] = value
+        if tags is not None:
+            init["tags"] = tuple(tags)
+        if run.log_dir is not None:  # given log_dir wins over WANDB_DIR
+            log_dir = Path(run.log_dir).absolute()
+            log_dir.mkdir(parents=True, exist_ok=True)
+            init["dir"] = str(log_dir)
+
+        self.step_metric = step_metric
+        self._closed = False
+        #: The run's ``.wandb`` transaction log, or ``None`` when mode is ``"disabled"``.
+        self.run_file: Path | None = None
+        #: The run's folder (``offline-run-...`` or ``run-...``), or ``None`` when disabled.
+        self.run_dir: Path | None = None
+        self._run = service.start_run(init)
+        try:
+            _compat.detach(self._run)
+            self._run.define_metric(step_metric, hidden=True)
+            self._run.define_metric("*", step_metric=step_metric)
+            self._log = self._run.log
+            if not self._run.disabled:
+                self.run_file = Path(self._run.settings.sync_file)
+                self.run_dir = self.run_file.parent
+        except BaseException:
+            self.monitor_close()
+            raise
+
+    @hookimpl
+    def monitor_write(self, events: Sequence[Event]) -> None:
+        """Log one wandb history row per step row of the batch (see the class docstring).
+
+        Raises:
+            wandb.Error: the run was finished from outside (e.g. ``wandb.teardown()``).
+        """
+        step_metric = self.step_metric
+        log = self._log
+        for step, wall_time, row in rows_by_step(events):
+            data = {
+                (ESCAPE + tag if tag[0] in _ESCAPED_FIRST or tag == step_metric else tag): value
+                for tag, value in row.items()
+            }
+            data[step_metric] = step
+            data["_timestamp"] = wall_time
+            log(data)
+
+    @hookimpl
+    def monitor_flush(self) -> None:
+        """Do nothing: wandb has no public flush; rows are on disk after ``monitor_close``."""
+
+    @hookimpl
+    def monitor_config(self, config: Mapping[str, Any]) -> None:
+        """Merge ``config`` into the run's config (``run.config.update(...,
+        allow_val_change=True)``: a key given again takes the new value), with the same key
+        escaping as the config given at start."""
+        if self._closed:
+            raise RuntimeError("wandb: monitor_config after monitor_close")
+        escaped = {_escape(key, self.step_metric): value for key, value in config.items()}
+        self._run.config.update(escaped, allow_val_change=True)
+
+    @hookimpl
+    def monitor_close(self) -> None:
+        """Finish the run; return once its ``.wandb`` file holds the exit record.
+
+        When this plugin started wandb's service process and no other wandb run is active, the
+        service is shut down (``wandb.teardown()``) so no ``wandb-core`` process outlives the
+        monitor. A second call does nothing.
+
+        Raises:
+            TimeoutError: the exit record did not reach the file within
+                ``service.FINISH_TIMEOUT`` seconds.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        service.finish_run(self._run, self.run_file)
+
+
+def _escape(key: str, step_metric: str) -> str:
+    return ESCAPE + key if (key and key[0] in _ESCAPED_FIRST) or key == step_metric else key
+
+
+def _settings(settings: Mapping[str, Any] | None) -> Any:
+    if settings is None:
+        return None
+    if not isinstance(settings, Mapping):
+        raise ConfigError(
+            f"wandb: option settings must be a mapping of wandb.Settings fields, not "
+            f"{type(settings).__name__}, e.g. settings={{'console': 'off'}}"
+        )
+    import wandb
+
+    try:
+        return wandb.Settings(**settings)
+    except Exception as error:
+        # Field names and pydantic's messages only: a value may be a credential.
+        problems = getattr(error, "errors", None)
+        detail = (
+            "; ".join(
+                f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg', '')}"
+                for e in problems()
+            )
+            if callable(problems)
+            else type(error).__name__
+        )
+        raise ConfigError(
+            f"wandb: option settings has invalid wandb.Settings fields ({detail}); see "
+            "https://docs.wandb.ai/models/ref/python/settings"
+        ) from None
+
+
+def _check_options(
+    mode: Any, entity: Any, group: Any, job_type: Any, tags: Any, notes: Any, step_metric: Any
+) -> None:
+    if mode is not None and mode not in _MODES:
+        raise ConfigError(
+            f"wandb: option mode={mode!r} must be one of {', '.join(map(repr, _MODES))}, or "
+            "None to follow WANDB_MODE"
+        )
+    for option, value in (("entity", entity), ("group", group), ("job_type", job_type),
+                          ("notes", notes)):
+        if value is not None and not isinstance(value, str):
+            raise ConfigError(f"wandb: option {option}={value!r} must be a str or None")
+    if tags is not None and (
+        isinstance(tags, str)
+        or not isinstance(tags, Sequence)
+        or not all(isinstance(tag, str) and tag for tag in tags)
+    ):
+        raise ConfigError(
+            f"wandb: option tags={tags!r} must be a list of non-empty str, e.g. "
+            "tags=['baseline', 'lr-sweep']"
+        )
+    if not isinstance(step_metric, str) or not _STEP_METRIC.fullmatch(step_metric):
+        raise ConfigError(
+            f"wandb: option step_metric={step_metric!r} must start with a letter and hold only "
+            "letters, digits, '_', '-' or '/' (wandb reserves '_' names and reads '.' as "
+            "nesting), e.g. step_metric='global_step'"
+        )

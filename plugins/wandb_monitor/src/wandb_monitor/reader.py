@@ -1,0 +1,176 @@
+"""Read a run back from its ``.wandb`` transaction log (tests, notebooks, the demo).
+
+wandb writes no history JSON offline and ships no Python reader: the records come from
+``_compat.read_records``, which decodes wandb's on-disk format into wandb's own protobufs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from core_monitor import RunInfo
+
+from ._compat import read_records
+
+#: Name of the metric that holds the caller's step in every row (the charts' x-axis).
+DEFAULT_STEP_METRIC = "global_step"
+#: Prefix added to a tag that wandb reserves (``_*``), to the step metric's own name, and to a
+#: tag that already starts with it: ``_x`` is stored as ``~_x``, ``global_step`` as
+#: ``~global_step``, ``~a`` as ``~~a``. Config keys get the same escaping. The reader removes it.
+ESCAPE = "~"
+
+
+def stored_name(run: RunInfo) -> str:
+    """The wandb display name: ``run.name``, or ``<name>-rank<rank>`` on a rank above 0."""
+    return run.name if run.rank == 0 else f"{run.name}-rank{run.rank}"
+
+
+def find_run_dirs(
+    log_dir: str | os.PathLike[str], *, project: str | None = None, name: str | None = None
+) -> list[Path]:
+    """Return the run folders under ``log_dir``, oldest first.
+
+    Args:
+        log_dir: the ``log_dir`` given to the ``Monitor`` (its ``wandb/`` folder is searched),
+            or a ``wandb`` folder itself.
+        project: keep only runs of this project (from each run's own run record).
+        name: keep only runs with this display name (a run of rank ``r > 0`` is named
+            ``<name>-rank<r>``).
+
+    Returns:
+        ``offline-run-*`` and ``run-*`` folders holding a ``.wandb`` file, ordered by the run's
+        start time; ``[]`` when there is none.
+    """
+    root = Path(log_dir)
+    if (root / "wandb").is_dir():
+        root = root / "wandb"
+    found = []
+    for folder in root.glob("*run-*"):
+        if folder.is_symlink() or not folder.is_dir() or not any(folder.glob("run-*.wandb")):
+            continue
+        if not folder.name.startswith(("offline-run-", "run-")):
+            continue
+        run = _run_record(folder)
+        if run is None:
+            continue
+        if (project is not None and run.project != project) or (
+            name is not None and run.display_name != name
+        ):
+            continue
+        started = (run.start_time.seconds, run.start_time.nanos)
+        found.append((started, folder.name, folder))
+    return [folder for *_, folder in sorted(found)]
+
+
+def read_rows(run: RunInfo) -> list[tuple[str, int, float]]:
+    """Read the points a ``WandbMonitor`` logged, from the run's ``.wandb`` transaction log.
+
+    Args:
+        run: the run as the core describes it (``Monitor.run``). Its folder is the latest
+            (by start time) of ``find_run_dirs(run.log_dir, project=run.project, name=...)``
+            with the name ``run.name``, or ``<name>-rank<rank>`` for a rank above 0;
+            ``log_dir=None`` means wandb's own folder (``WANDB_DIR``, else the current one).
+
+    Returns:
+        ``[(tag, step, value), ...]``: rows in storage order (the order of the ``log`` calls);
+        within one row wandb stores keys in no fixed order. ``step`` is the caller's step (the
+        step metric the run declared for ``"*"``, an ``int``), ``value`` a ``float`` (NaN and
+        +-inf included: wandb stores them as the JSON tokens ``NaN``, ``Infinity``,
+        ``-Infinity``). Tags are as logged: the ``ESCAPE`` prefix is removed; wandb's own keys
+        (``_step``, ``_runtime``, ``_timestamp``, ...) and rows without the step metric are
+        left out. ``[]`` when there is no such run (e.g. ``mode="disabled"``).
+
+    Raises:
+        ValueError: the run's file is not a readable transaction log (see ``read_records``).
+    """
+    folder = _latest(run)
+    if folder is None:
+        return []
+    records = list(read_records(folder))
+    step_metric = next((r.metric.step_metric for r in records if r.HasField("metric")
+                        and r.metric.glob_name == "*" and r.metric.step_metric),
+                       DEFAULT_STEP_METRIC)
+    rows: list[tuple[str, int, float]] = []
+    for record in records:
+        if not record.HasField("history"):
+            continue
+        step = None
+        points = []
+        for item in record.history.item:
+            key = item.key or ".".join(item.nested_key)
+            if key == step_metric:
+                step = _as_step(item.value_json)
+            elif key.startswith(ESCAPE):
+                points.append((key[len(ESCAPE) :], item.value_json))
+            elif not key.startswith("_"):
+                points.append((key, item.value_json))
+        if step is None:
+            continue
+        for tag, value_json in points:
+            value = _as_float(value_json)
+            if value is not None:
+                rows.append((tag, step, value))
+    return rows
+
+
+def read_config(run: RunInfo) -> dict[str, Any]:
+    """Return the run's config as wandb stored it, ``{}`` when there is none.
+
+    The run record's config, updated by every later config record (``Monitor.log_config``
+    calls ``run.config.update``), in file order. Keys are as the caller gave them (the
+    ``ESCAPE`` prefix removed); wandb's own keys (``_wandb``) are left out; values are decoded
+    from wandb's JSON. Argument and errors as for ``read_rows``.
+    """
+    folder = _latest(run)
+    if folder is None:
+        return {}
+    config: dict[str, Any] = {}
+    for record in read_records(folder):
+        kind = record.WhichOneof("record_type")
+        stored = record.run.config if kind == "run" else record.config if kind == "config" else None
+        if stored is None:
+            continue
+        for item in stored.update:
+            config[item.key or ".".join(item.nested_key)] = json.loads(item.value_json)
+        for item in stored.remove:
+            config.pop(item.key or ".".join(item.nested_key), None)
+    return {(key[len(ESCAPE):] if key.startswith(ESCAPE) else key): value
+            for key, value in config.items() if not key.startswith("_")}
+
+
+def _latest(run: RunInfo) -> Path | None:
+    root = run.log_dir if run.log_dir is not None else os.environ.get("WANDB_DIR") or "."
+    found = find_run_dirs(root, project=run.project, name=stored_name(run))
+    return found[-1] if found else None
+
+
+def _run_record(folder: Path) -> Any:
+    try:
+        for record in read_records(folder):
+            if record.HasField("run"):
+                return record.run
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def _as_step(value_json: str) -> int | None:
+    value = json.loads(value_json)
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _as_float(value_json: str) -> float | None:
+    # parse_int=float keeps "-0" negative; NaN/Infinity/-Infinity are bare JSON tokens here,
+    # and quoted strings in wandb's JSON exports: accept both.
+    value = json.loads(value_json, parse_int=float)
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return None
+    return value if isinstance(value, float) else None

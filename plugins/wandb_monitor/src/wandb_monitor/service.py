@@ -1,0 +1,84 @@
+"""The wandb service process (``wandb-core``): started by ``wandb.init``, stopped by the plugin
+only when the plugin started it and nothing else uses it.
+
+A service this plugin started, and that no one else's run uses yet, is torn down when the
+plugin's last run closes, so no ``wandb-core`` process outlives the monitor; a service someone
+else started (the script's own ``wandb.init()``) is left alone.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from . import _compat
+
+#: Seconds ``finish_run`` waits for the run's exit record to reach the ``.wandb`` file.
+FINISH_TIMEOUT = 60.0
+
+_lock = threading.Lock()
+_owned_service_pid: int | None = None
+_open_runs = 0
+
+
+def start_run(init: dict[str, Any]) -> Any:
+    """``wandb.init(**init)``, noting whether that started this process's service."""
+    global _owned_service_pid, _open_runs
+    import wandb
+
+    with _lock:
+        starts_service = _compat.service_running() is False
+        run = wandb.init(**init)
+        if starts_service and _compat.service_running():
+            _owned_service_pid = os.getpid()
+        _open_runs += 1
+    return run
+
+
+def finish_run(run: Any, file: Path | None) -> None:
+    """Finish ``run``; stop the service if this plugin started it and nothing else uses it;
+    return once ``file`` (the run's ``.wandb`` log, ``None`` when disabled) holds the exit record.
+
+    ``Run.finish()`` offline has been seen to return before wandb-core wrote the exit record
+    (about 1 run in 100), so this polls the file's tail for it, up to ``FINISH_TIMEOUT`` seconds.
+
+    Raises:
+        TimeoutError: the exit record did not reach the file in time.
+    """
+    global _owned_service_pid, _open_runs
+    import wandb
+
+    try:
+        run.finish()
+    except Exception:
+        # Someone called wandb.teardown() first: the service closed the run's file on its way
+        # down (every row is in it, but no exit record), and finish() cannot reach it.
+        if _compat.service_running() is not False:
+            raise
+        return
+    finally:
+        with _lock:
+            _open_runs -= 1
+            if (
+                _owned_service_pid == os.getpid()
+                and _open_runs == 0
+                and _compat.service_running()
+                and not _compat.other_runs_active()
+            ):
+                _owned_service_pid = None
+                wandb.teardown()
+    if file is None:
+        return
+    deadline = time.monotonic() + FINISH_TIMEOUT
+    delay = 0.001
+    while not _compat.exit_record_written(file):
+        if time.monotonic() > deadline:
+            raise TimeoutError(
+                f"wandb: the run's exit record did not reach {str(file)!r} within "
+                f"{FINISH_TIMEOUT:g} s of finish(); the file may be incomplete"
+            )
+        time.sleep(delay)
+        delay = min(2 * delay, 0.05)

@@ -1,0 +1,144 @@
+"""``monitors new``: the plugin distribution it writes, and the names and folders it refuses.
+
+That the generated plugin builds into a wheel, installs next to the core's wheel, is listed by
+``monitors list --check`` and passes its tests in that venv is in
+tests/integration/test_new_plugin.py.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import tomllib
+
+from core_monitor import cli, scaffold
+from core_monitor.scaffold import ScaffoldError, create_plugin, plugin_names
+from core_monitor.testing import MonitorContract
+
+FILES = {
+    ".gitignore", "README.md", "pyproject.toml", "src/csv_monitor/__init__.py",
+    "src/csv_monitor/backend.py", "src/csv_monitor/reader.py", "src/csv_monitor/py.typed",
+    "tests/test_contract.py",
+}
+
+
+@pytest.fixture
+def work(tmp_path: Path) -> Path:
+    """An empty folder to write plugins into (``tmp_path`` also holds the SDK folders)."""
+    folder = tmp_path / "work"
+    folder.mkdir()
+    return folder
+
+
+def files_under(folder: Path) -> set[str]:
+    return {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()}
+
+
+def test_new_writes_a_distribution_with_the_entry_point_and_the_kit(work, capsys):
+    target = work / "csv-monitor"
+    assert cli.main(["new", "csv", "--dir", str(target)]) == 0
+    assert files_under(target) == FILES
+    assert os.listdir(work) == ["csv-monitor"]  # no staging folder left behind
+
+    project = tomllib.loads((target / "pyproject.toml").read_text())["project"]
+    assert project["name"] == "csv-monitor"
+    assert project["entry-points"]["experiment_monitors"] == {"csv": "csv_monitor:CsvMonitor"}
+    assert [d.split(">=")[0] for d in project["dependencies"]] == ["core-monitor"]
+    assert project["optional-dependencies"]["test"] == ["core-monitor[testing]"]
+
+    out = capsys.readouterr().out
+    assert f"pip install '{target}[test]' && pytest {target}" in out
+    init = (target / "src" / "csv_monitor" / "__init__.py").read_text()
+    assert "import csv" not in init  # __init__ re-exports only (INTERFACES: no SDK imports)
+    assert "class TestCsvMonitorContract(MonitorContract)" in (
+        target / "tests" / "test_contract.py").read_text()
+
+
+def test_new_defaults_to_name_monitor_in_the_current_folder(work, monkeypatch):
+    monkeypatch.chdir(work)
+    assert create_plugin("my-tracker") == work / "my-tracker-monitor"
+    assert "src/my_tracker_monitor/backend.py" in files_under(work / "my-tracker-monitor")
+    pyproject = (work / "my-tracker-monitor" / "pyproject.toml").read_text()
+    assert 'my-tracker = "my_tracker_monitor:MyTrackerMonitor"' in pyproject
+
+
+def test_the_generated_backend_passes_the_contract_kit(work, pytester):
+    """The kit as generated, against the generated package from its source folder (so the one
+    kit test that needs an installed distribution, the SDK-import check, skips; the venv test
+    in tests/integration runs it installed)."""
+    target = create_plugin("csv", work / "csv-monitor")
+    result = pytester.runpytest_subprocess(
+        str(target / "tests"), "-q", "-k", "TestCsvMonitorContract", "-p", "no:cacheprovider",
+        "-o", f"pythonpath={target / 'src'}",
+    )
+    kit_tests = [n for n in dir(MonitorContract) if n.startswith("test_")]
+    result.assert_outcomes(passed=len(kit_tests) - 1, skipped=1, deselected=3)
+    result.stdout.fnmatch_lines(["*'csv_monitor.backend' is not provided by an installed*"])
+
+
+@pytest.mark.parametrize(("name", "says"), [
+    ("CSV", "did you mean 'csv'?"),
+    ("my tracker", "use lower-case letters and digits"),
+    ("9lives", "starting with a letter"),
+    ("csv-", "words joined by '-' or '_'"),
+    ("", "is not valid"),
+    ("csv-monitor", "use 'csv'"),
+    ("core", "clashes with core-monitor's own"),
+    ("x" * 41, "at most 40 characters"),
+])
+def test_a_bad_name_is_refused_and_nothing_is_written(work, capsys, name, says):
+    assert cli.main(["new", name, "--dir", str(work / "plugin")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("monitors new: error: backend name")
+    assert says in err
+    assert os.listdir(work) == []
+
+
+def test_an_existing_folder_is_refused_and_left_as_it_was(work, capsys):
+    target = work / "csv-monitor"
+    target.mkdir()
+    (target / "notes.txt").write_text("mine")
+    assert cli.main(["new", "csv", "--dir", str(target)]) == 2
+    assert "already exists; nothing was written" in capsys.readouterr().err
+    assert files_under(target) == {"notes.txt"}
+    assert os.listdir(work) == ["csv-monitor"]
+
+
+def test_a_missing_parent_folder_is_refused(work):
+    with pytest.raises(ScaffoldError, match=r"parent folder .* does not exist"):
+        create_plugin("csv", work / "missing" / "csv-monitor")
+    assert os.listdir(work) == []
+
+
+def test_a_failure_while_writing_leaves_nothing_behind(work, monkeypatch):
+    def render_with_a_clash(names):
+        files = dict(original(names))
+        files["README.md/impossible"] = "a file under a file"  # fails after README.md exists
+        return files
+
+    original = scaffold.render
+    monkeypatch.setattr(scaffold, "render", render_with_a_clash)
+    with pytest.raises(OSError):
+        create_plugin("csv", work / "csv-monitor")
+    assert os.listdir(work) == []
+
+
+def test_derived_names():
+    names = plugin_names("my_tracker2")
+    assert (names.name, names.dist, names.package, names.cls) == (
+        "my_tracker2", "my-tracker2-monitor", "my_tracker2_monitor", "MyTracker2Monitor")
+
+
+def test_the_kit_without_pytest_says_which_extra_to_install(work):
+    """In a fresh interpreter where ``pytest`` cannot be imported (a ``None`` entry in
+    ``sys.modules`` blocks it), importing the kit names the fix."""
+    code = ("import sys; sys.modules['pytest'] = None\n"
+            "try:\n    import core_monitor.testing\n"
+            "except ImportError as error:\n    print(error)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=work, check=True)
+    assert "pip install 'core-monitor[testing]'" in done.stdout

@@ -1,0 +1,52 @@
+"""``monitors new csv`` to a green contract kit, in a real venv, the way the README says.
+
+The README's "Write a backend plugin" path: generate the plugin with the core's command, build
+it into a wheel, install that wheel (with its ``test`` extra, which pulls in
+``core-monitor[testing]``) next to the core's wheel in a fresh venv, see it in
+``monitors list --check``, and run its generated tests there. Nothing is edited in between.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from core_monitor.testing import MonitorContract
+
+if TYPE_CHECKING:
+    from conftest import Venv
+
+
+def test_monitors_new_csv_builds_installs_is_listed_and_passes_its_tests(
+    core_venv: Venv, wheels: dict[str, Path], build_wheel: Any, tmp_path: Path
+) -> None:
+    venv = core_venv  # core-monitor's wheel alone, no pytest
+    done = venv.run(["python", "-c", "import core_monitor.testing"], cwd=tmp_path, expect=1)
+    assert "pip install 'core-monitor[testing]'" in done.stderr
+
+    done = venv.run(["monitors", "new", "csv"], cwd=tmp_path)
+    plugin = tmp_path / "csv-monitor"
+    assert f"pytest {plugin}" in done.stdout
+
+    wheel = build_wheel(plugin, tmp_path / "dist")
+    assert wheel.name.startswith("csv_monitor-0.1.0-")
+    venv.install(f"{wheel}[test]", wheels["core-monitor"])
+
+    rows = json.loads(venv.run(["monitors", "list", "--check", "--json"], cwd=tmp_path).stdout)
+    assert [(r["name"], r["distribution"], r["entry_point"], r["status"]) for r in rows] == [
+        ("csv", "csv-monitor", "csv_monitor:CsvMonitor", "ok")
+    ]
+
+    done = venv.run(["python", "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rs"],
+                    cwd=plugin)
+    summary = done.stdout.strip().splitlines()[-1]
+    kit_tests = [n for n in dir(MonitorContract) if n.startswith("test_")]
+    # Every kit test runs (the csv backend stores its config), plus its own three; the one skip
+    # is the SDK-import check, which has no SDK to look for in a plugin that needs none.
+    assert re.fullmatch(rf"{len(kit_tests) + 2} passed, 1 skipped in [\d.]+s", summary), done.stdout
+    assert "'csv_monitor.backend' requires nothing besides core-monitor" in done.stdout
+
+    venv.install("ruff")  # the generated code passes the ruff rules it ships with
+    venv.run(["ruff", "check", "."], cwd=plugin)

@@ -1,0 +1,59 @@
+"""The offline SDK environment every test, benchmark and nox session runs in: one definition.
+
+The SDKs read their folders and modes from environment variables; pointing every folder under a
+temporary root and every SDK offline keeps runs away from the user's home and off the network.
+Used by ``tests/conftest.py``, ``tests/integration/conftest.py``, ``benchmarks/harness.py`` and
+``noxfile.py`` (which loads this file by path, before any package is installed: standard library
+only).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+#: Keeps every SDK offline and quiet (wandb offline, no Hugging Face Hub, no telemetry).
+OFFLINE_ENV = {
+    "WANDB_MODE": "offline",
+    "WANDB_SILENT": "true",
+    "WANDB_CONSOLE": "off",
+    "WANDB_DISABLE_GIT": "true",
+    "WANDB_DISABLE_CODE": "true",
+    "WANDB_ANONYMOUS": "never",
+    "HF_HUB_OFFLINE": "1",
+    "HF_DATASETS_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "GRADIO_ANALYTICS_ENABLED": "False",
+    "DO_NOT_TRACK": "1",
+    "MLFLOW_DISABLE_TELEMETRY": "true",
+}
+#: Folders the SDKs (and the caches they use) read from the environment.
+FOLDER_ENV = (
+    "WANDB_DIR", "WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR", "WANDB_ARTIFACT_DIR",
+    "TRACKIO_DIR", "HF_HOME", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "MPLCONFIGDIR",
+)
+#: Variables that would change what a ``Monitor`` does (credentials, rank, disabled backends).
+DROP_ENV = ("WANDB_API_KEY", "HF_TOKEN", "RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS",
+            "EXPERIMENT_MONITORS", "EXPERIMENT_MONITORS_DISABLE", "MLFLOW_TRACKING_URI")
+
+
+def sdk_folders(root: Path) -> dict[str, str]:
+    """Each ``FOLDER_ENV`` variable -> ``root/<variable in lower case>``, created."""
+    folders = {name: root / name.lower() for name in FOLDER_ENV}
+    for path in folders.values():
+        path.mkdir(parents=True, exist_ok=True)
+    return {name: str(path) for name, path in folders.items()}
+
+
+def offline_env(root: Path) -> dict[str, str]:
+    """The variables to set: ``OFFLINE_ENV`` and every SDK folder under ``root`` (created)."""
+    return {**OFFLINE_ENV, **sdk_folders(root)}
+
+
+def sandbox_env(root: Path, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """A whole process environment: ``base`` (default ``os.environ``) without ``DROP_ENV``,
+    plus ``offline_env(root)``."""
+    env = {k: v for k, v in (os.environ if base is None else base).items() if k not in DROP_ENV}
+    env.update(offline_env(root))
+    return env
