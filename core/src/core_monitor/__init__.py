@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from .errors import BackendLoadError, BackendWarning, ConfigError, UnknownBackendError
     from .events import Event
     from .hookspecs import hookimpl, hookspec
+    from .media import Histogram, Image, Text
     from .monitor import Monitor
     from .run import RunInfo
 
@@ -35,6 +36,9 @@ _EXPORTS = {
     "Event": ".events",
     "hookimpl": ".hookspecs",
     "hookspec": ".hookspecs",
+    "Histogram": ".media",
+    "Image": ".media",
+    "Text": ".media",
     "Monitor": ".monitor",
     "RunInfo": ".run",
 }
@@ -44,8 +48,11 @@ __all__ = [
     "BackendWarning",
     "ConfigError",
     "Event",
+    "Histogram",
+    "Image",
     "Monitor",
     "RunInfo",
+    "Text",
     "UnknownBackendError",
     "__version__",
     "hookimpl",
