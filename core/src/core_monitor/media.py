@@ -76,18 +76,22 @@ class Histogram:
     kind = "histogram"
 
     def binned(self) -> tuple[Any, Any]:
-        """``(counts, edges)``: ``float64`` numpy arrays of ``N`` and ``N + 1`` entries.
+        """``(counts, edges)``: numpy arrays of ``N`` and ``N + 1`` entries.
 
         Computed here with ``numpy.histogram(values, bins)`` when built from ``values`` (call
         it in the backend's hook: this is the encoding step); the counts sum to the number of
-        values. Only for a histogram ``log()`` validated, or built with ``edges``/``counts``.
+        values. ``counts`` are ``int64`` when all are whole numbers, else ``float64``;
+        ``edges`` are ``float64``. Only for a histogram ``log()`` validated, or one built with
+        ``edges`` and ``counts``.
         """
         import numpy as np
 
-        if self.counts is not None:
-            return np.asarray(self.counts, np.float64), np.asarray(self.edges, np.float64)
-        counts, edges = np.histogram(self.values, bins=self.bins)
-        return counts.astype(np.float64), edges
+        if self.counts is None:
+            return np.histogram(self.values, bins=self.bins)
+        counts = np.asarray(self.counts)
+        if counts.dtype.kind == "f" and (counts == np.floor(counts)).all():
+            counts = counts.astype(np.int64)
+        return counts, np.asarray(self.edges, np.float64)
 
 
 @dataclass(frozen=True, eq=False)
