@@ -203,7 +203,7 @@ def _image(tag: str, image: Image, np: Any) -> Image:
         pixels = pixels.copy()
     elif pixels.dtype.kind == "f":
         low, high = (float(pixels.min()), float(pixels.max()))
-        if not (0.0 <= low and high <= 1.0):  # also catches NaN
+        if not (low >= 0.0 and high <= 1.0):  # also catches NaN
             raise ValueError(f"media {tag!r}: float Image pixels must be in [0, 1], found "
                              f"[{low}, {high}]; scale them, or give uint8 pixels 0-255")
         pixels = np.rint(pixels * 255.0).astype(np.uint8)

@@ -20,7 +20,7 @@ from . import discovery, shutdown
 from .config import sanitize_config
 from .dispatch import Dispatcher
 from .errors import ConfigError
-from .events import MAX_STEP, Event, OneRow, check_step
+from .events import MAX_STEP, Event, OneRow, check_step, to_float
 from .media import split
 from .run import RunInfo, default_run_name, detect_rank
 from .settings import check_keywords, check_unselected, load_monitor_config

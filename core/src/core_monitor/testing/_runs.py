@@ -19,7 +19,8 @@ from ._imports import CORE_DISTRIBUTION, requirement_modules
 from ._messages import config_matches, short, stored_as
 
 #: The hooks of ``core_monitor.hookspecs``, in the order the core calls them.
-HOOKS = ("monitor_write", "monitor_config", "monitor_flush", "monitor_close")
+HOOKS = ("monitor_write", "monitor_write_media", "monitor_config", "monitor_flush",
+         "monitor_close")
 #: The attribute pluggy's ``hookimpl`` marker sets on a hook implementation.
 MARK = f"{hookimpl.project_name}_impl"
 
@@ -32,6 +33,11 @@ def recording(backend_class: type, hook: str, calls: list[str]) -> Callable[...,
             calls.append(hook)
             parent(self, events=events)
         function: Callable[..., Any] = monitor_write
+    elif hook == "monitor_write_media":
+        def monitor_write_media(self: Any, items: Any) -> None:
+            calls.append(hook)
+            parent(self, items=items)
+        function = monitor_write_media
     elif hook == "monitor_config":
         def monitor_config(self: Any, config: Any) -> None:
             calls.append(hook)
@@ -105,12 +111,13 @@ class RunChecks:
         calls: list[str] = []
         recorded = {hook: recording(backend_class, hook, calls) for hook in HOOKS
                     if getattr(getattr(backend_class, hook, None), MARK, None) is not None}
-        recording = type(f"Recording{backend_class.__name__}", (backend_class,),
-                         {"name": Monitor.backend_name(backend_class), **recorded})
-        monitor = make_monitor(backend=recording)
+        recorder = type(f"Recording{backend_class.__name__}", (backend_class,),
+                        {"name": Monitor.backend_name(backend_class), **recorded})
+        monitor = make_monitor(backend=recorder)
         monitor.log({"loss": 0.5}, step=1)
-        with warnings.catch_warnings():  # a backend without monitor_config: one BackendWarning
-            warnings.simplefilter("ignore", BackendWarning)
+        with warnings.catch_warnings():  # a backend without monitor_config: one BackendWarning;
+            warnings.simplefilter("ignore", BackendWarning)  # config after the first log: a
+            warnings.simplefilter("ignore", RuntimeWarning)  # backend may warn (TensorBoard)
             monitor.log_config({"lr": 0.1})
         monitor.close()
         at_close = len(calls)

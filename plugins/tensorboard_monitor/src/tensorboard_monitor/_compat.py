@@ -83,7 +83,8 @@ def sdk() -> SimpleNamespace:
             problems.append(f"no tensorboard.plugins.hparams.metadata.{name}")
     if not callable(getattr(text_summary, "text_pb", None)):
         problems.append("no tensorboard.plugins.text.summary_v2.text_pb")
-    problems += [f"no Summary.{f}" for f in ("Image", "Value") if not hasattr(summary_pb2.Summary, f)]
+    problems += [f"no Summary.{f}" for f in ("Image", "Value")
+                 if not hasattr(summary_pb2.Summary, f)]
     if problems:
         try:
             version = importlib.metadata.version(DISTRIBUTION)
