@@ -86,7 +86,7 @@ class Dispatcher:
         self.media_skipped: dict[tuple[str, str], int] = {}
         self.backends: list[Backend] = []
         self._pending: BaseException | None = None
-        self._told: set[tuple[str, ...]] = set()  # (backend, optional hook) warned about
+        self._told: set[tuple[str, ...]] = set()  # (backend, hook) and ("media", backend, kind)
         #: (name, monitor_write function) per backend: ``write`` runs on every ``log()``.
         self._writers: list[tuple[str, Callable[..., Any]]] = []
         #: Backend name -> the media kinds it is sent (declared and with the hook).

@@ -19,7 +19,7 @@ media value, never by ``import core_monitor``.
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
@@ -140,15 +140,16 @@ def split(
     Raises:
         TypeError, ValueError: as ``events.flatten``, ``events.to_float`` and ``prepare``.
     """
-    pairs: Iterator[tuple[str, Any]] | tuple[tuple[str, Any]] = (
-        flatten({tag: value}) if isinstance(value, Mapping) or type(tag) is not str or not tag
-        else ((tag, value),)
-    )
-    for sub_tag, sub_value in pairs:
-        if isinstance(sub_value, MEDIA_TYPES):
-            items.append(MediaItem(sub_tag, step, now, prepare(sub_tag, sub_value)))
-        else:
-            events.append(Event(sub_tag, to_float(sub_tag, sub_value), step, now))
+    if isinstance(value, Mapping) or type(tag) is not str or not tag:
+        for sub_tag, sub_value in flatten({tag: value}):
+            split(sub_tag, sub_value, step, now, events, items)
+    elif isinstance(value, MEDIA_TYPES):
+        items.append(MediaItem(tag, step, now, prepare(tag, value)))
+    else:
+        events.append(_new(Event, (tag, to_float(tag, value), step, now)))
+
+
+_new = tuple.__new__  # builds an Event without NamedTuple.__new__'s argument handling
 
 
 def prepare(tag: str, value: Image | Histogram | Text) -> Image | Histogram | Text:
