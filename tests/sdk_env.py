@@ -34,7 +34,7 @@ FOLDER_ENV = (
 )
 #: Variables that would change what a ``Monitor`` does (credentials, rank, disabled backends).
 DROP_ENV = ("WANDB_API_KEY", "HF_TOKEN", "RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS",
-            "EXPERIMENT_MONITORS_DISABLE")
+            "EXPERIMENT_MONITORS", "EXPERIMENT_MONITORS_DISABLE")
 
 
 def sdk_folders(root: Path) -> dict[str, str]:

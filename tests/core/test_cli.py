@@ -138,6 +138,15 @@ def test_list_check_exits_0_when_every_listed_backend_loads():
     assert statuses["broken"].startswith("disabled")
 
 
+@pytest.mark.parametrize("value", ["*", "all"])
+def test_list_marks_every_backend_disabled_when_all_are(value):
+    proc = monitors("list", "--json", env={**os.environ, DISABLE_ENV: value})
+    assert proc.returncode == 0, proc.stderr
+    by_pair = json_rows(proc)
+    assert sorted(by_pair) == expected_pairs()
+    assert all(row["status"].startswith("disabled") for row in by_pair.values()), by_pair
+
+
 def test_list_imports_no_plugin_and_no_sdk(tmp_path):
     for argv in (["list"], ["list", "--json"]):
         modules = modules_after_main(argv, tmp_path)

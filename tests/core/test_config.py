@@ -316,12 +316,11 @@ def test_unknown_top_level_key_names_it_and_the_accepted_keys(tmp_path):
         Monitor.from_config(path)
 
 
-def test_section_for_an_unselected_backend_is_an_error(tmp_path):
-    data = {"backends": ["jsonl"], "project": "p", "log_dir": str(tmp_path), "twin": {"x": 1}}
-    with pytest.raises(ConfigError, match="'twin'"):
+def test_section_naming_no_backend_is_an_error(tmp_path):
+    data = {"backends": ["jsonl"], "project": "p", "log_dir": str(tmp_path), "jsnl": {"x": 1}}
+    with pytest.raises(ConfigError, match=r"section \[jsnl\] names no installed backend; did "
+                                          "you mean 'jsonl'"):
         Monitor.from_config(data)
-    with pytest.raises(ConfigError, match="twin"):
-        Monitor(["jsonl"], project="p", log_dir=tmp_path, twin={})
     assert not (tmp_path / "p").exists()
 
 
@@ -353,18 +352,14 @@ def test_backend_section_must_be_a_table(tmp_path):
         Monitor.from_config({"backends": ["jsonl"], "project": "p", "jsonl": 2})
 
 
-@pytest.mark.parametrize(
-    ("data", "missing"),
-    [
-        ({"project": "p"}, "backends"),
-        ({"backends": ["jsonl"]}, "project"),
-        ({}, "backends"),
-    ],
-)
-def test_missing_required_key(data, missing):
-    with pytest.raises(ConfigError, match="missing") as info:
-        Monitor.from_config(data)
-    assert f"'{missing}'" in str(info.value)
+def test_missing_project():
+    with pytest.raises(ConfigError, match="missing required key 'project'"):
+        Monitor.from_config({"backends": ["jsonl"]})
+
+
+def test_no_backends_key_and_nothing_else_selecting_is_an_error():
+    with pytest.raises(ConfigError, match="no backend selected"):
+        Monitor.from_config({"project": "p"})
 
 
 def test_backends_must_be_a_list_of_names():
@@ -393,7 +388,7 @@ def test_unparsable_file(tmp_path, filename, text):
     path.write_text(text, encoding="utf-8")
     with pytest.raises(ConfigError, match="cannot parse") as info:
         Monitor.from_config(path)
-    assert filename in str(info.value)
+    assert str(info.value).startswith(f"{path}:")
 
 
 def test_json_file_must_hold_an_object(tmp_path):

@@ -17,7 +17,13 @@ import pytest
 from _imports import imported, modules_after
 from jsonl_monitor import read_rows
 
-from core_monitor import BackendLoadError, ConfigError, Monitor, UnknownBackendError
+from core_monitor import (
+    BackendLoadError,
+    ConfigError,
+    ConfigWarning,
+    Monitor,
+    UnknownBackendError,
+)
 from core_monitor.discovery import (
     DISABLE_ENV,
     GROUP,
@@ -148,22 +154,30 @@ def test_trakio_suggests_trackio():
 # Disabling ---------------------------------------------------------------------------------
 
 
-def test_disabled_backend_cannot_be_selected(monkeypatch, tmp_path):
+def test_disabled_backend_is_refused_by_find_backend_and_skipped_by_monitor(
+    monkeypatch, tmp_path, monitor_factory
+):
+    """``find_backend`` (one name, as ``strict=True`` selects) refuses a disabled name;
+    ``Monitor`` skips it with a warning (tests/core/test_selection.py has the rest)."""
     monkeypatch.setenv(DISABLE_ENV, "jsonl")
     with pytest.raises(ConfigError, match="disabled") as info:
         find_backend("jsonl")
     assert DISABLE_ENV in str(info.value)
-    with pytest.raises(ConfigError, match="disabled"):
-        Monitor(["jsonl"], project="off", name="r", log_dir=tmp_path)
+    with pytest.warns(ConfigWarning, match="'jsonl' is disabled"):
+        monitor = monitor_factory(["jsonl"], project="off", name="r", log_dir=tmp_path)
+    assert monitor.backends == []
+    monitor.log({"x": 1.0}, step=0)
+    monitor.close()
     assert not (tmp_path / "off").exists()
 
 
-def test_disabled_backend_is_hidden_from_suggestions(monkeypatch):
+def test_disabled_backend_is_still_suggested(monkeypatch):
+    """Selecting a disabled backend is not an error, so a typo of one still gets its name."""
     monkeypatch.setenv(DISABLE_ENV, "jsonl")
     with pytest.raises(UnknownBackendError) as info:
         find_backend("jsnol")
-    assert "jsonl" not in info.value.installed
-    assert "Did you mean 'jsonl'" not in str(info.value)
+    assert "jsonl" in info.value.installed
+    assert "Did you mean 'jsonl'" in str(info.value)
 
 
 def test_disabling_other_backends_leaves_the_selected_one_working(

@@ -320,10 +320,19 @@ def test_config_only_through_log_config_is_written_as_hparams(logs):
     assert read_config(monitor.run) == {"opt": "adam"}
 
 
+def test_config_after_a_log_but_before_the_first_flush_reaches_the_hparams(logs):
+    with Monitor(["tensorboard"], project="p", name="after-log", log_dir=logs,
+                 config={"lr": 0.1}) as monitor:
+        monitor.log({"loss": 1.0}, step=0)
+        monitor.log_config({"lr": 0.2})
+    assert read_config(monitor.run) == {"lr": 0.2}
+
+
 def test_config_after_the_hparams_were_written_warns_and_tensorboard_keeps_the_first(logs):
     with Monitor(["tensorboard"], project="p", name="too-late", log_dir=logs,
                  config={"lr": 0.1}) as monitor:
         monitor.log({"loss": 1.0}, step=0)
+        monitor.flush()
         with pytest.warns(RuntimeWarning, match=r"\['lr'\].*first HParams"):
             monitor.log_config({"lr": 0.2})
     assert read_config(monitor.run) == {"lr": 0.1}

@@ -15,7 +15,13 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .errors import BackendLoadError, BackendWarning, ConfigError, UnknownBackendError
+    from .errors import (
+        BackendLoadError,
+        BackendWarning,
+        ConfigError,
+        ConfigWarning,
+        UnknownBackendError,
+    )
     from .events import Event
     from .hookspecs import hookimpl, hookspec
     from .media import Histogram, Image, Text
@@ -32,6 +38,7 @@ _EXPORTS = {
     "BackendLoadError": ".errors",
     "BackendWarning": ".errors",
     "ConfigError": ".errors",
+    "ConfigWarning": ".errors",
     "UnknownBackendError": ".errors",
     "Event": ".events",
     "hookimpl": ".hookspecs",
@@ -47,6 +54,7 @@ __all__ = [
     "BackendLoadError",
     "BackendWarning",
     "ConfigError",
+    "ConfigWarning",
     "Event",
     "Histogram",
     "Image",

@@ -3,36 +3,41 @@
 A backend is an entry point in the group ``experiment_monitors`` whose value names the backend
 class, e.g. ``trackio = "trackio_monitor:TrackioMonitor"``. Listing reads package metadata only;
 nothing is imported until ``load_backend`` is called for a selected name. The rules for which
-names can be selected (disabled, conflicting, unknown) live here once: ``find_backend`` applies
-them, ``status`` reports them for ``monitors list``.
+names can be selected (disabled, conflicting, unknown) live here once: ``select`` applies them,
+``status`` reports them for ``monitors list``.
+
+``EXPERIMENT_MONITORS_DISABLE`` applies last, to whatever code, file or ``EXPERIMENT_MONITORS``
+selected: a selected backend it names is skipped (never imported) with one ``ConfigWarning``,
+the others run; ``*``/``all`` skips all. Names match exactly as installed; one that matches no
+installed backend (``WandB``) gets a warning suggesting ``wandb``. ``strict=True`` raises
+``ConfigError`` instead of both warnings.
 """
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
+import warnings
 from collections.abc import Mapping, Sequence
 from importlib.metadata import EntryPoint, PackageNotFoundError, distribution, entry_points
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
-from .errors import BackendLoadError, ConfigError, UnknownBackendError
+from .errors import BackendLoadError, ConfigError, ConfigWarning, UnknownBackendError, closest
 
 #: The entry-point group backends declare themselves in.
 GROUP = "experiment_monitors"
-#: Comma-separated backend names to hide, e.g. ``EXPERIMENT_MONITORS_DISABLE=wandb,tensorboard``.
+#: Comma-separated backend names to skip, e.g. ``EXPERIMENT_MONITORS_DISABLE=wandb,tensorboard``.
 DISABLE_ENV = "EXPERIMENT_MONITORS_DISABLE"
+#: Values in ``EXPERIMENT_MONITORS_DISABLE`` that disable every backend.
+DISABLE_ALL = frozenset({"*", "all"})
 
 
 class BackendInfo(NamedTuple):
     """One installed backend, as its distribution's metadata declares it.
 
-    Attributes:
-        name: the backend name users select, e.g. ``"trackio"``.
-        distribution: the distribution declaring it, e.g. ``"trackio-monitor"``.
-        version: that distribution's version.
-        target: the entry point's value, ``"module:Class"``.
-        entry_point: the ``importlib.metadata.EntryPoint`` itself.
+    Attributes: ``name`` (what users select, ``"trackio"``), ``distribution``
+    (``"trackio-monitor"``), ``version`` (the distribution's), ``target`` (the entry point's
+    value, ``"module:Class"``), ``entry_point`` (the ``importlib.metadata.EntryPoint``).
 
     A ``NamedTuple`` rather than a dataclass: ``dataclasses`` imports ``inspect``, which
     would slow ``monitors list`` down by a third.
@@ -46,7 +51,8 @@ class BackendInfo(NamedTuple):
 
 
 def disabled_names() -> frozenset[str]:
-    """Names listed in ``EXPERIMENT_MONITORS_DISABLE`` (read on every call)."""
+    """Names listed in ``EXPERIMENT_MONITORS_DISABLE``, stripped, as written (``*``/``all``
+    kept); read on every call."""
     raw = os.environ.get(DISABLE_ENV, "")
     return frozenset(part.strip() for part in raw.split(",") if part.strip())
 
@@ -101,12 +107,10 @@ FAILING_STATES = frozenset({"conflict", "broken", "error"})
 class Status(NamedTuple):
     """What ``monitors list`` reports for one installed backend (one distribution's claim).
 
-    Attributes:
-        state: ``"disabled"`` (named in ``EXPERIMENT_MONITORS_DISABLE``), ``"conflict"``
-            (several distributions claim the name), ``"broken"`` (a declared requirement is
-            not installed), ``"error"`` (importing it or its ``check_sdk()`` raised),
-            ``"ok"`` (it loads) or ``"installed"`` (not imported, nothing missing).
-        text: the line shown to the user, starting with ``state``.
+    ``state``: ``"disabled"`` (by ``EXPERIMENT_MONITORS_DISABLE``), ``"conflict"`` (several
+    distributions claim the name), ``"broken"`` (a declared requirement is not installed),
+    ``"error"`` (importing it or its ``check_sdk()`` raised), ``"ok"`` (it loads) or
+    ``"installed"`` (not imported, nothing missing). ``text``: the line shown, from ``state``.
     """
 
     state: str
@@ -116,7 +120,7 @@ class Status(NamedTuple):
 def _refusal(name: str, infos: list[BackendInfo], disabled: frozenset[str]) -> str | None:
     """Why ``name`` cannot be selected whatever its code does: ``"disabled"``, ``"conflict"``
     or ``None``."""
-    if name in disabled:
+    if name in disabled or not DISABLE_ALL.isdisjoint(disabled):
         return "disabled"
     if len(infos) > 1:
         return "conflict"
@@ -127,12 +131,10 @@ def status(info: BackendInfo, claims: list[BackendInfo], *, check: bool = False,
            disabled: frozenset[str] | None = None) -> Status:
     """The status of ``info`` among ``claims`` (every ``BackendInfo`` of its name).
 
-    Args:
-        info: one entry of ``installed_backends()[name]``.
-        claims: that whole list.
-        check: import the backend and run its ``check_sdk()`` (``check_backend``); otherwise
-            only metadata is read (``missing_requirements``).
-        disabled: ``disabled_names()``, read when not given.
+    ``info`` is one entry of ``installed_backends()[name]``, ``claims`` that whole list;
+    ``check`` imports the backend and runs its ``check_sdk()`` (``check_backend``), otherwise
+    only metadata is read (``missing_requirements``); ``disabled`` defaults to
+    ``disabled_names()``.
     """
     refused = _refusal(info.name, claims, disabled_names() if disabled is None else disabled)
     if refused == "disabled":
@@ -153,28 +155,29 @@ def status(info: BackendInfo, claims: list[BackendInfo], *, check: bool = False,
     return Status("installed", "installed")
 
 
-def find_backend(name: str) -> BackendInfo:
+def find_backend(
+    name: str, installed: Mapping[str, list[BackendInfo]] | None = None,
+    disabled: frozenset[str] | None = None,
+) -> BackendInfo:
     """Return the one installed backend selected by ``name``, without importing it.
 
+    ``installed`` and ``disabled`` are ``installed_backends()`` and ``disabled_names()``, read
+    when not given; ``name`` is matched exactly (case included).
+
     Raises:
-        UnknownBackendError: no distribution declares ``name`` (or it is disabled); the message
-            suggests the closest installed name and lists every installed one.
-        ConfigError: ``name`` is installed but disabled (``EXPERIMENT_MONITORS_DISABLE``), or
-            two distributions declare it; the message names the variable, or both.
+        UnknownBackendError: no distribution declares ``name``; the message suggests the
+            closest installed name (``errors.closest``) and lists every installed one.
+        ConfigError: ``name`` is disabled (``select`` skips it unless ``strict``), or two
+            distributions declare it; the message names the variable, or both distributions.
     """
-    installed = installed_backends()
-    disabled = disabled_names()
+    installed = installed_backends() if installed is None else installed
+    disabled = disabled_names() if disabled is None else disabled
     infos = installed.get(name, [])
-    refused = _refusal(name, infos, disabled) if infos else None
-    if refused == "disabled":
-        raise ConfigError(
-            f"backend {name!r} is disabled by {DISABLE_ENV}={os.environ.get(DISABLE_ENV)!r}; "
-            f"remove it from that variable to select it"
-        )
     if not infos:
-        candidates = [n for n in installed if n not in disabled]
-        close = difflib.get_close_matches(name, candidates, n=1, cutoff=0.6)
-        raise UnknownBackendError(name, candidates, close[0] if close else None)
+        raise UnknownBackendError(name, list(installed), closest(name, installed))
+    refused = _refusal(name, infos, disabled)
+    if refused == "disabled":
+        raise _disabled_error(name)
     if refused == "conflict":
         claims = " and ".join(f"{i.distribution} {i.version} ({i.target})" for i in infos)
         raise ConfigError(
@@ -182,6 +185,12 @@ def find_backend(name: str) -> BackendInfo:
             f"(`pip uninstall {infos[-1].distribution}`)"
         )
     return infos[0]
+
+
+def _disabled_error(name: str) -> ConfigError:
+    return ConfigError(f"backend {name!r} is disabled by {DISABLE_ENV}="
+                       f"{os.environ.get(DISABLE_ENV)!r} (an error, not a warning, with "
+                       "strict=True); remove it from that variable or from the selection")
 
 
 def load_backend(info: BackendInfo) -> type:
@@ -230,58 +239,60 @@ def check_backend(info: BackendInfo) -> type:
     return cls
 
 
-# Selection: names and classes given to Monitor -> what to load; options checked ------------
-
-
 def backend_name(cls: type) -> str:
     """The name a backend class passed directly is known by: ``cls.name`` or ``__name__``."""
     name = getattr(cls, "name", None)
     return name if isinstance(name, str) and name else cls.__name__
 
 
-def select(backends: Sequence[str | type]) -> dict[str, BackendInfo | type]:
-    """Map each selected name to its entry point (or the class given); imports nothing.
+def select(
+    backends: Sequence[str | type], *, strict: bool = False
+) -> dict[str, BackendInfo | type]:
+    """Map each selected backend that is not disabled to its entry point (or the class given),
+    in selection order; imports nothing.
+
+    ``EXPERIMENT_MONITORS_DISABLE`` applies here (module docstring): a disabled backend is left
+    out with one ``ConfigWarning`` naming it and the variable (one in all for ``*``/``all``),
+    its name still checked. An empty result: the ``Monitor`` writes nothing.
 
     Raises:
         ConfigError: an item is neither a non-empty ``str`` nor a class, a backend is selected
-            twice, or ``find_backend`` refuses a name.
-        UnknownBackendError: as ``find_backend``.
+            twice, a name is claimed by two distributions, or (``strict``) a selected backend
+            is disabled or the variable names no installed backend.
+        UnknownBackendError: a name no installed distribution declares.
     """
+    installed = installed_backends()
+    disabled = disabled_names()
     found: dict[str, BackendInfo | type] = {}
+    skipped: list[str] = []
     for backend in backends:
-        if isinstance(backend, type):
-            key = backend_name(backend)
-            value: BackendInfo | type = backend
-        elif isinstance(backend, str) and backend:
-            key, value = backend, find_backend(backend)
-        else:
+        if not isinstance(backend, type) and not (isinstance(backend, str) and backend):
             raise ConfigError(f"backend {backend!r} is neither a backend name nor a class")
-        if key in found:
+        key = backend if isinstance(backend, str) else backend_name(backend)
+        if key in found or key in skipped:
             raise ConfigError(f"backend {key!r} is selected twice; list each backend once")
-        found[key] = value
+        off = _refusal(key, [], disabled) == "disabled"
+        if isinstance(backend, str) and (not off or key not in installed):
+            backend = find_backend(key, installed, frozenset())  # unknown, conflict: raise
+        if off and strict:
+            raise _disabled_error(key)
+        if off:
+            skipped.append(key)
+        else:
+            found[key] = backend
+    known = sorted({*installed, *skipped, *found})
+    for name in sorted(disabled - DISABLE_ALL - set(known)):  # e.g. WandB for wandb: a typo
+        hint = f"did you mean {close!r}? " if (close := closest(name, known)) else ""
+        message = (f"{DISABLE_ENV} names {name!r}, which matches no installed backend (names "
+                   f"match exactly, case included); {hint}installed: {', '.join(known)}")
+        if strict:
+            raise ConfigError(message)
+        warnings.warn(message, ConfigWarning, stacklevel=3)
+    rest = (f"the run goes on with {list(found)}" if found else "this Monitor writes nothing "
+            "(log() still checks its input and returns steps)")
+    every = not DISABLE_ALL.isdisjoint(disabled)
+    for key in skipped[:1] if every else skipped:
+        what = f"every backend ({skipped} not started)" if every else f"backend {key!r}"
+        warnings.warn(f"{what} is disabled by {DISABLE_ENV}={os.environ.get(DISABLE_ENV)!r}: "
+                      f"{rest}", ConfigWarning, stacklevel=3)
     return found
-
-
-def check_options(name: str, cls: type, options: Mapping[str, Any]) -> None:
-    """Check ``options`` against the keyword parameters of ``cls.__init__`` (after ``run``),
-    without constructing it (so without importing an SDK).
-
-    Raises:
-        ConfigError: ``options`` is not a mapping, or names an option the class does not take;
-            the message names the backend, the option and the accepted ones.
-    """
-    if not isinstance(options, Mapping):
-        raise ConfigError(f"options of backend {name!r} must be a mapping, not "
-                          f"{type(options).__name__}")
-    import inspect  # here, not at the top: `monitors list` never needs it (a third slower)
-
-    params = list(inspect.signature(cls).parameters.values())[1:]  # after `run`
-    if any(p.kind is p.VAR_KEYWORD for p in params):
-        return
-    accepted = [p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    for option in options:
-        if option not in accepted:
-            raise ConfigError(
-                f"backend {name!r} has no option {option!r}; accepted options: "
-                f"{', '.join(accepted) or 'none'}"
-            )

@@ -1,6 +1,26 @@
-"""The errors the core raises. All are importable from ``core_monitor``."""
+"""The errors and warnings the core raises (all importable from ``core_monitor``), and the one
+"did you mean" helper every message that names a misspelt key uses."""
 
 from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+
+def closest(word: str, choices: Iterable[str]) -> str | None:
+    """The choice ``word`` most likely misspells, for a "did you mean ...?" hint; else ``None``.
+
+    A choice equal to ``word`` ignoring case wins (``"WandB"`` -> ``"wandb"``); otherwise the
+    closest by ``difflib.get_close_matches`` (ratio >= 0.6, case ignored). Names themselves
+    are always matched exactly by the core: this only suggests.
+    """
+    by_lower: dict[str, str] = {}
+    for choice in choices:
+        by_lower.setdefault(choice.lower(), choice)
+    if word.lower() in by_lower:
+        return by_lower[word.lower()]
+    close = difflib.get_close_matches(word.lower(), list(by_lower), n=1, cutoff=0.6)
+    return by_lower[close[0]] if close else None
 
 
 class ConfigError(ValueError):
@@ -71,6 +91,13 @@ class BackendLoadError(ImportError):
             f"backend {backend!r} ({distribution} {version}, {target}) could not be loaded: "
             f"{type(error).__name__}: {error}. Fix: {fix}."
         )
+
+
+class ConfigWarning(UserWarning):
+    """The configuration names something the core skips instead of failing on: a selected
+    backend disabled by ``EXPERIMENT_MONITORS_DISABLE`` (not started; the others run), or a
+    name in that variable that no installed backend has. ``strict=True`` raises
+    ``ConfigError`` instead."""
 
 
 class BackendWarning(RuntimeWarning):

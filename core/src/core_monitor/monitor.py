@@ -23,16 +23,18 @@ from .errors import ConfigError
 from .events import MAX_STEP, Event, OneRow, check_step, to_float
 from .media import split
 from .run import RunInfo, default_run_name, detect_rank
-from .settings import check_keywords, check_unselected, load_monitor_config
+from .settings import check_backend_keys, check_keywords, check_options, load_monitor_config
 
 
 class Monitor:
     """Log scalars once; every selected backend stores them at the caller's step.
 
     Args:
-        backends: backend names as installed (``monitors list``), e.g. ``["trackio",
-            "tensorboard"]``, or backend classes (a class's name is its ``name`` attribute, else
-            its ``__name__``). One name may be given as a plain ``str``. Must not be empty.
+        backends: backend names as installed (``monitors list``, matched exactly), e.g.
+            ``["trackio", "tensorboard"]``, or backend classes (a class's name is its ``name``
+            attribute, else its ``__name__``); one name alone may be a ``str``; ``None``: those
+            in ``EXPERIMENT_MONITORS``. Those in ``EXPERIMENT_MONITORS_DISABLE`` are skipped
+            (``ConfigWarning``); with all skipped the monitor checks calls and writes nothing.
         project: project name (wandb/Trackio "project"; TensorBoard's first folder level).
         name: run name; default ``YYYYmmdd-HHMMSS-host``, the same for every backend.
         config: hyperparameters; stored flat and JSON-safe (``config.sanitize_config``).
@@ -43,20 +45,21 @@ class Monitor:
         rank_zero_only: only rank 0 constructs backends; other ranks validate what they log
             and write nothing (they import no SDK). ``False`` writes from every rank.
         **backend_options: one mapping per backend name, its keyword options, e.g.
-            ``wandb={"mode": "offline"}``.
+            ``wandb={"mode": "offline"}``; an installed backend's are ignored when unselected.
 
     Raises:
         ConfigError: no backend selected; ``project``, ``name``, ``strict`` or
-            ``rank_zero_only`` of the wrong type; a misspelt keyword (``logdir``: "did you mean
-            'log_dir'?"); options for an unselected backend; or an option the backend does not
-            accept (the message names backend, option and accepted ones).
+            ``rank_zero_only`` of the wrong type; a keyword naming no installed backend
+            (``logdir``: "did you mean 'log_dir'?"); an option the backend does not accept
+            (the message names backend, option and accepted ones); ``strict=True`` and a
+            disabled backend selected, or an unknown name in ``EXPERIMENT_MONITORS_DISABLE``.
         UnknownBackendError: a name that no installed distribution declares.
         BackendLoadError: a selected plugin or its SDK fails to import.
     """
 
     def __init__(
         self,
-        backends: Sequence[str | type] | str,
+        backends: Sequence[str | type] | str | None = None,
         *,
         project: str,
         name: str | None = None,
@@ -85,13 +88,13 @@ class Monitor:
         self._next_step = 0
         self._closed = False
 
-        found = discovery.select(backends)  # every name and keyword checked before any import
-        check_unselected(backend_options, list(found))
+        found = discovery.select(backends, strict=strict)  # all checked before any import
+        check_backend_keys(backend_options, backends)
         classes = {
             k: v if isinstance(v, type) else discovery.load_backend(v) for k, v in found.items()
         }
         for backend_name, cls in classes.items():
-            discovery.check_options(backend_name, cls, backend_options.get(backend_name) or {})
+            check_options(backend_name, cls, backend_options.get(backend_name) or {})
         if rank == 0 or not rank_zero_only:
             try:
                 for backend_name, cls in classes.items():
@@ -119,14 +122,14 @@ class Monitor:
         """Build a monitor from a mapping or a ``.toml``/``.json`` file.
 
         See ``core_monitor.settings.load_monitor_config`` for the format. ``overrides`` are
-        ``Monitor`` keyword arguments that win over the file (e.g. ``name=...``).
+        ``Monitor`` keyword arguments that win over the file (e.g. ``name=...``), applied
+        before its sections are checked (``backends=[...]`` selects instead of the file).
 
         Raises:
             ConfigError: as ``load_monitor_config`` and ``Monitor`` do; when ``source`` is a
                 file, the message starts with its path (e.g. an unknown option in a section).
         """
-        kwargs = load_monitor_config(source)
-        kwargs.update(overrides)
+        kwargs = load_monitor_config(source, **overrides)
         try:
             return cls(kwargs.pop("backends"), **kwargs)
         except ConfigError as error:
@@ -148,8 +151,7 @@ class Monitor:
         Args:
             metrics: ``{tag: value}``; nested mappings are flattened with ``/``. Values are
                 numbers or anything with ``.item()`` (numpy/torch scalars, 0-d arrays), or
-                media: ``core_monitor.Image``, ``Histogram``, ``Text`` (``core_monitor.media``;
-                validated here, encoded by each backend that stores that kind).
+                media (``Image``, ``Histogram``, ``Text``: see ``core_monitor.media``).
             step: ``int`` with ``0 <= step < 2**63``, stored exactly, even when lower than an
                 earlier step; ``None`` for the largest step seen so far + 1 (0 at first).
 
@@ -158,12 +160,10 @@ class Monitor:
 
         Raises:
             TypeError: ``metrics`` is not a mapping, a tag is not a non-empty ``str``, a value
-                is not a number nor media, a media value has a wrong type or dtype (the message
-                names the tag), or ``step`` is a ``bool``/``float``. Nothing of this call is
-                written.
-            ValueError: ``step`` is out of range, ``step=None`` after step ``2**63 - 1``
-                (no next step exists), or a media value has a wrong shape or range (names the
-                tag). Nothing of this call is written.
+                is neither a number nor media of the right type or dtype (the message names the
+                tag), or ``step`` is a ``bool``/``float``. Nothing of this call is written.
+            ValueError: ``step`` out of range or no next step after ``2**63 - 1``, or a media
+                value of a wrong shape or range (names the tag). Nothing of this call is written.
             RuntimeError: the monitor is closed.
         """
         if self._closed:

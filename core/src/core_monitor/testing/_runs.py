@@ -25,7 +25,7 @@ HOOKS = ("monitor_write", "monitor_write_media", "monitor_config", "monitor_flus
 MARK = f"{hookimpl.project_name}_impl"
 
 
-def recording(backend_class: type, hook: str, calls: list[str]) -> Callable[..., Any]:
+def recording_hook(backend_class: type, hook: str, calls: list[str]) -> Callable[..., Any]:
     """A hook implementation that notes ``hook`` in ``calls``, then runs ``backend_class``'s."""
     parent = getattr(backend_class, hook)
     if hook == "monitor_write":
@@ -109,7 +109,7 @@ class RunChecks:
         """The core guarantees it, so a backend need not guard against it (proved here against
         this backend's hooks, through a subclass that records each call)."""
         calls: list[str] = []
-        recorded = {hook: recording(backend_class, hook, calls) for hook in HOOKS
+        recorded = {hook: recording_hook(backend_class, hook, calls) for hook in HOOKS
                     if getattr(getattr(backend_class, hook, None), MARK, None) is not None}
         recorder = type(f"Recording{backend_class.__name__}", (backend_class,),
                         {"name": Monitor.backend_name(backend_class), **recorded})
@@ -179,8 +179,8 @@ class RunChecks:
         first.close()
         second = make_monitor(name="second")
         second.log({"loss": 2.0}, step=1)
-        self.assertstored_as(stored(second), {"loss": [(1, 2.0)]}, dtype, "run 'second': ")
-        self.assertstored_as(stored(first), {"loss": [(1, 1.0)]}, dtype, "run 'first': ")
+        self.assert_stored(stored(second), {"loss": [(1, 2.0)]}, dtype, "run 'second': ")
+        self.assert_stored(stored(first), {"loss": [(1, 1.0)]}, dtype, "run 'first': ")
 
     def test_rank_above_zero_writes_a_run_of_its_own(
         self, make_monitor, read_rows, monkeypatch, dtype
@@ -252,7 +252,7 @@ class RunChecks:
                 pytest.fail(f"config key {key!r}: expected {value!r} ({source}), stored "
                             f"{got[key]!r}: {fix}", pytrace=False)
 
-    def test_config_given_at_start_isstored_as(self, make_monitor, stored_config):
+    def test_config_given_at_start_is_stored(self, make_monitor, stored_config):
         config = {"lr": 0.001, "epochs": 3, "optimizer": {"name": "adam"}, "use_amp": True}
         monitor = make_monitor(config=config)
         monitor.log({"loss": 0.5}, step=0)

@@ -14,40 +14,40 @@ class StepChecks:
         monitor = make_monitor()
         for step, loss in zip([0, 10, 20, 120], [0.3, 0.25, 0.2, 0.1], strict=True):
             monitor.log({"loss": loss}, step=step)
-        self.assertstored_as(
+        self.assert_stored(
             stored(monitor), {"loss": [(0, 0.3), (10, 0.25), (20, 0.2), (120, 0.1)]}, dtype
         )
 
-    def test_step_lower_than_previous_isstored_as(self, make_monitor, stored, dtype):
+    def test_step_lower_than_previous_is_stored(self, make_monitor, stored, dtype):
         """5, then 3, then no step -> 6 (the largest step seen + 1)."""
         monitor = make_monitor()
         monitor.log({"loss": 1.0}, step=5)
         monitor.log({"loss": 2.0}, step=3)
         assert monitor.log({"loss": 3.0}) == 6
-        self.assertstored_as(stored(monitor), {"loss": [(5, 1.0), (3, 2.0), (6, 3.0)]}, dtype)
+        self.assert_stored(stored(monitor), {"loss": [(5, 1.0), (3, 2.0), (6, 3.0)]}, dtype)
 
     def test_repeated_step_is_stored_twice(self, make_monitor, stored, dtype):
         monitor = make_monitor()
         monitor.log({"loss": 1.0}, step=7)
         monitor.log({"loss": 2.0}, step=7)
-        self.assertstored_as(stored(monitor), {"loss": [(7, 1.0), (7, 2.0)]}, dtype)
+        self.assert_stored(stored(monitor), {"loss": [(7, 1.0), (7, 2.0)]}, dtype)
 
     def test_auto_steps_start_at_zero(self, make_monitor, stored, dtype):
         monitor = make_monitor()
         for value in (1.0, 2.0, 3.0):
             monitor.log({"loss": value})
-        self.assertstored_as(stored(monitor), {"loss": [(0, 1.0), (1, 2.0), (2, 3.0)]}, dtype)
+        self.assert_stored(stored(monitor), {"loss": [(0, 1.0), (1, 2.0), (2, 3.0)]}, dtype)
 
-    def test_largest_step_isstored_as(self, make_monitor, stored, dtype):
+    def test_largest_step_is_stored(self, make_monitor, stored, dtype):
         monitor = make_monitor()
         monitor.log({"loss": 1.5}, step=2**63 - 1)
-        self.assertstored_as(stored(monitor), {"loss": [(2**63 - 1, 1.5)]}, dtype)
+        self.assert_stored(stored(monitor), {"loss": [(2**63 - 1, 1.5)]}, dtype)
 
     def test_nan_and_infinities_round_trip(self, make_monitor, stored, dtype):
         monitor = make_monitor()
         monitor.log({"a": math.nan, "b": math.inf, "c": -math.inf}, step=1)
         monitor.log({"a": 1.0, "b": 2.0, "c": 3.0}, step=2)
-        self.assertstored_as(
+        self.assert_stored(
             stored(monitor),
             {
                 "a": [(1, math.nan), (2, 1.0)],
@@ -62,35 +62,35 @@ class StepChecks:
         for step in range(3):
             monitor.log({f"layer{i}/grad_norm": i + step / 4 for i in range(64)}, step=step)
         want = {f"layer{i}/grad_norm": [(s, i + s / 4) for s in range(3)] for i in range(64)}
-        self.assertstored_as(stored(monitor), want, dtype)
+        self.assert_stored(stored(monitor), want, dtype)
 
     def test_nested_metrics_are_flattened_with_slash(self, make_monitor, stored, dtype):
         monitor = make_monitor()
         monitor.log({"train": {"loss": 0.5, "acc": 0.75}, "lr": 0.001}, step=4)
         want = {"train/loss": [(4, 0.5)], "train/acc": [(4, 0.75)], "lr": [(4, 0.001)]}
-        self.assertstored_as(stored(monitor), want, dtype)
+        self.assert_stored(stored(monitor), want, dtype)
 
     def test_deepspeed_event_tuples(self, make_monitor, stored, dtype):
         monitor = make_monitor()
         monitor.write_events([("Train/loss", 0.5, 100), ("Train/lr", 0.1, 100)])
         monitor.write_events([("Train/loss", 0.25, 90)])
         want = {"Train/loss": [(100, 0.5), (90, 0.25)], "Train/lr": [(100, 0.1)]}
-        self.assertstored_as(stored(monitor), want, dtype)
+        self.assert_stored(stored(monitor), want, dtype)
 
     def test_same_tag_twice_in_one_batch_keeps_both(self, make_monitor, stored, dtype):
         monitor = make_monitor()
         monitor.write_events([("loss", 1.0, 3), ("loss", 2.0, 3), ("loss", 3.0, 2)])
-        self.assertstored_as(stored(monitor), {"loss": [(3, 1.0), (3, 2.0), (2, 3.0)]}, dtype)
+        self.assert_stored(stored(monitor), {"loss": [(3, 1.0), (3, 2.0), (2, 3.0)]}, dtype)
 
     def test_unicode_tags(self, make_monitor, stored, dtype):
         monitor = make_monitor()
         monitor.log({"损失/训练": 0.5, "Größe": 2.0, "loss 🔥": 1.0}, step=1)
         want = {"损失/训练": [(1, 0.5)], "Größe": [(1, 2.0)], "loss 🔥": [(1, 1.0)]}
-        self.assertstored_as(stored(monitor), want, dtype)
+        self.assert_stored(stored(monitor), want, dtype)
 
     def test_tags_a_backend_reserves_round_trip(self, make_monitor, stored, dtype):
         """Names SDKs use for themselves (Trackio renames these) come back as logged."""
         monitor = make_monitor()
         logged = {"step": 1.0, "time": 2.0, "timestamp": 3.0, "metrics": 4.0, "__x": 5.0}
         monitor.log(logged, step=2)
-        self.assertstored_as(stored(monitor), {t: [(2, v)] for t, v in logged.items()}, dtype)
+        self.assert_stored(stored(monitor), {t: [(2, v)] for t, v in logged.items()}, dtype)

@@ -128,7 +128,7 @@ class MonitorContract(StepChecks, RunChecks, MediaChecks):
             by_tag.setdefault(tag, []).append((step, float(value)))
         return by_tag
 
-    def assertstored_as(
+    def assert_stored(
         self, got: dict[str, list[tuple[int, float]]], want: dict[str, list[tuple[int, float]]],
         dtype: str, where: str = "",
     ) -> None:

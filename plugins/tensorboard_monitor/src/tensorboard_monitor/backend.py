@@ -34,7 +34,7 @@ class TensorBoardMonitor:
     kept; finite values beyond +-3.4e38 become +-inf.
 
     HParams: the config (``run.config`` merged with every ``Monitor.log_config`` call) is
-    written as one ``session_start_info`` summary on rank 0, at the first write, flush or close.
+    written as one ``session_start_info`` summary on rank 0, at the first flush or close.
     TensorBoard's HParams plugin keeps the first ``session_start_info`` of a run and ignores
     later ones, so config given after that point cannot reach the HParams tab: it raises a
     ``RuntimeWarning`` naming the keys.
@@ -127,8 +127,6 @@ class TensorBoardMonitor:
         Raises:
             OSError: the writer is closed, or its thread failed to write (e.g. disk full).
         """
-        if self._hparams_pending:
-            self._write_hparams()
         new_event = self._Event
         add_event = self._add_event
         for step, wall_time, row in rows_by_step(events):
@@ -145,8 +143,6 @@ class TensorBoardMonitor:
         Raises:
             OSError: as ``monitor_write``.
         """
-        if self._hparams_pending:
-            self._write_hparams()
         media.write_media(self._add_event, items)
 
     @hookimpl
@@ -163,9 +159,9 @@ class TensorBoardMonitor:
             return
         warnings.warn(
             f"tensorboard: the config keys {sorted(config)} arrived after the run's HParams were "
-            "written (at its first log, flush or close); TensorBoard shows the first HParams of "
+            "written (at its first flush or close); TensorBoard shows the first HParams of "
             "a run only, so they are not in its HParams tab. Call Monitor.log_config() before "
-            "the first log() to have them there.",
+            "the first flush() to have them there.",
             RuntimeWarning,
             stacklevel=2,
         )
