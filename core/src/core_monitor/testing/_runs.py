@@ -111,13 +111,12 @@ class RunChecks:
         calls: list[str] = []
         recorded = {hook: recording_hook(backend_class, hook, calls) for hook in HOOKS
                     if getattr(getattr(backend_class, hook, None), MARK, None) is not None}
-        recorder = type(f"Recording{backend_class.__name__}", (backend_class,),
-                        {"name": Monitor.backend_name(backend_class), **recorded})
-        monitor = make_monitor(backend=recorder)
+        recording = type(f"Recording{backend_class.__name__}", (backend_class,),
+                         {"name": Monitor.backend_name(backend_class), **recorded})
+        monitor = make_monitor(backend=recording)
         monitor.log({"loss": 0.5}, step=1)
-        with warnings.catch_warnings():  # a backend without monitor_config: one BackendWarning;
-            warnings.simplefilter("ignore", BackendWarning)  # config after the first log: a
-            warnings.simplefilter("ignore", RuntimeWarning)  # backend may warn (TensorBoard)
+        with warnings.catch_warnings():  # a backend without monitor_config: one BackendWarning
+            warnings.simplefilter("ignore", BackendWarning)
             monitor.log_config({"lr": 0.1})
         monitor.close()
         at_close = len(calls)
