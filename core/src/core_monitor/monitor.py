@@ -22,6 +22,7 @@ import pluggy
 from . import hookspecs
 from .config import load_monitor_config, sanitize_config
 from .discovery import BackendInfo, find_backend, load_backend
+from .distributed import Reducer
 from .errors import BackendWarning, ConfigError
 from .events import MAX_STEP, Event, OneRow, check_step, flatten, to_float
 from .run import RunInfo, default_run_name, detect_rank
@@ -167,7 +168,9 @@ class Monitor:
 
     # Logging ---------------------------------------------------------------------------------
 
-    def log(self, metrics: Mapping[str, Any], step: int | None = None) -> int:
+    def log(
+        self, metrics: Mapping[str, Any], step: int | None = None, *, reduce: str | None = None
+    ) -> int:
         """Log scalars at one step, as ``wandb.log``/``accelerate.Accelerator.log`` do.
 
         Args:
@@ -175,6 +178,10 @@ class Monitor:
                 numbers or anything with ``.item()`` (numpy/torch scalars, 0-d arrays).
             step: ``int`` with ``0 <= step < 2**63``, stored exactly, even when lower than an
                 earlier step; ``None`` for the largest step seen so far + 1 (0 at first).
+            reduce: ``None``, or ``"mean"``, ``"sum"``, ``"max"``, ``"min"`` to reduce each value
+                across ranks first. A collective: every rank calls it with the same tags; one
+                ``torch.distributed.all_reduce`` per call (``core_monitor.distributed``).
+                Without a process group and a world size of 1 the values stay as they are.
 
         Returns:
             The step the scalars were stored at.
@@ -186,9 +193,15 @@ class Monitor:
             ValueError: ``step`` is out of range, or ``step=None`` after step ``2**63 - 1``
                 (no next step exists). Nothing of this call is written.
             RuntimeError: the monitor is closed.
+            ConfigError: ``reduce`` is not an operation, or ``WORLD_SIZE`` > 1 but no process
+                group is initialised.
+            core_monitor.distributed.TagMismatchError: (``reduce`` only) the ranks gave
+                different tags or operations; raised on every rank, nothing is logged.
         """
         if self._closed:
             raise self._closed_error("log")
+        if reduce is not None:
+            metrics = self._reduce(metrics, reduce)
         if step is None:
             step = self._next_step
             if step > MAX_STEP:
@@ -225,6 +238,16 @@ class Monitor:
         else:
             self._write(tuple(events))
         return step
+
+    def _reduce(self, metrics: Mapping[str, Any], op: str) -> dict[str, float]:
+        if not isinstance(metrics, Mapping):
+            raise TypeError(f"log() takes a mapping of {{tag: value}}, not "
+                            f"{type(metrics).__name__}")
+        if self._reducer is None:
+            self._reducer = Reducer()
+        return self._reducer.reduce({t: to_float(t, v) for t, v in flatten(metrics)}, op)
+
+    _reducer: Reducer | None = None
 
     def write_events(self, events: Iterable[tuple[str, Any, int | None]]) -> None:
         """Log DeepSpeed-style event tuples ``(tag, value, step)`` as one batch.
