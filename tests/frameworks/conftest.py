@@ -36,6 +36,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                 item.add_marker(pytest.mark.filterwarnings(spec))
 
 
+@pytest.fixture(autouse=True)
+def close_open_monitors():
+    """Close what a failed test left open: an open Trackio run holds Trackio's one folder per
+    process, which would fail every later test in this process."""
+    yield
+    from core_monitor.monitor import close_all
+
+    close_all()
+
+
 @pytest.fixture
 def log_dir(tmp_path: Path) -> Path:
     path = tmp_path / "logs"
