@@ -19,6 +19,7 @@ from typing import Any
 from . import discovery, shutdown
 from .config import sanitize_config
 from .dispatch import Dispatcher
+from .distributed import Reducer
 from .errors import ConfigError
 from .events import MAX_STEP, Event, OneRow, check_step, to_float
 from .media import split
@@ -86,6 +87,7 @@ class Monitor:
         self.media_skipped: dict[tuple[str, str], int] = self._dispatch.media_skipped
         self._write = self._dispatch.write  # log()'s hot path: one bound method, no look-up
         self._next_step = 0
+        self._reducer = Reducer()  # log(reduce=...): the ranks' agreed tags
         self._closed = False
 
         found = discovery.select(backends, strict=strict)  # all checked before any import
@@ -145,7 +147,9 @@ class Monitor:
 
     # Logging ---------------------------------------------------------------------------------
 
-    def log(self, metrics: Mapping[str, Any], step: int | None = None) -> int:
+    def log(
+        self, metrics: Mapping[str, Any], step: int | None = None, *, reduce: str | None = None
+    ) -> int:
         """Log scalars and media at one step, as ``wandb.log``/``accelerate.Accelerator.log`` do.
 
         Args:
@@ -154,6 +158,10 @@ class Monitor:
                 media (``Image``, ``Histogram``, ``Text``: see ``core_monitor.media``).
             step: ``int`` with ``0 <= step < 2**63``, stored exactly, even when lower than an
                 earlier step; ``None`` for the largest step seen so far + 1 (0 at first).
+            reduce: ``None``, or ``"mean"``, ``"sum"``, ``"max"``, ``"min"`` to reduce each value
+                across ranks first. A collective: every rank calls it with the same tags; one
+                ``torch.distributed.all_reduce`` per call (``core_monitor.distributed``).
+                Without a process group and a world size of 1 the values stay as they are.
 
         Returns:
             The step the scalars were stored at.
@@ -165,9 +173,15 @@ class Monitor:
             ValueError: ``step`` out of range or no next step after ``2**63 - 1``, or a media
                 value of a wrong shape or range (names the tag). Nothing of this call is written.
             RuntimeError: the monitor is closed.
+            ConfigError: ``reduce`` is not an operation, or ``WORLD_SIZE`` > 1 but no process
+                group is initialised.
+            core_monitor.distributed.TagMismatchError: (``reduce`` only) the ranks gave
+                different tags or operations; raised on every rank, nothing is logged.
         """
         if self._closed:
             raise self._closed_error("log")
+        if reduce is not None:
+            metrics = self._reducer.reduce_metrics(metrics, reduce)
         if step is None:
             step = self._next_step
             if step > MAX_STEP:
