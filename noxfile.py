@@ -211,13 +211,13 @@ def bench(session: nox.Session) -> None:
 
 @nox.session
 def bench_dist(session: nox.Session) -> None:
-    """B7: Monitor.log(reduce="mean") against a bare all_reduce, torchrun 2 ranks (gloo).
-    Arguments after `--` go to benchmarks/b7_reduce.py (e.g. `-- --rounds 15`)."""
+    """B8: Monitor.log(reduce="mean") against a bare all_reduce, torchrun 2 ranks (gloo).
+    Arguments after `--` go to benchmarks/b8_reduce.py (e.g. `-- --rounds 15`)."""
     wheels = build_wheels(session, [CORE])
     install_wheels(session, wheels, *torch_requirement())
     session.run("python", "-m", "torch.distributed.run", "--nproc_per_node", "2",
                 "--master_addr", "127.0.0.1", "--master_port", "29581",
-                "benchmarks/b7_reduce.py", *session.posargs, env=offline_env(session))
+                "benchmarks/b8_reduce.py", *session.posargs, env=offline_env(session))
 
 
 @nox.session

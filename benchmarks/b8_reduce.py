@@ -1,4 +1,4 @@
-"""B7: cost of ``Monitor.log(..., reduce="mean")`` against a bare ``all_reduce`` (gloo, CPU).
+"""B8: cost of ``Monitor.log(..., reduce="mean")`` against a bare ``all_reduce`` (gloo, CPU).
 
     nox -s bench_dist                     # or, with torch and the wheels installed:
     torchrun --nproc_per_node 2 benchmarks/b7_reduce.py [--calls 2000] [--rounds 7]
@@ -70,7 +70,7 @@ def main() -> None:
         median = statistics.median(ratios)
         a_us = statistics.median(p[0] for p in per_call)
         b_us = statistics.median(p[1] for p in per_call)
-        print(f"B7 reduce='mean', 10 scalars, {world} ranks (gloo): {median:.2f}x "
+        print(f"B8 reduce='mean', 10 scalars, {world} ranks (gloo): {median:.2f}x "
               f"({min(ratios):.2f}-{max(ratios):.2f}); {a_us:.1f} us vs bare all_reduce "
               f"{b_us:.1f} us per call; target <= 1.2x: {'met' if median <= 1.2 else 'missed'}")
     dist.destroy_process_group()
