@@ -7,6 +7,8 @@
     nox -s bench      benchmarks B1-B6 (prints ratios, writes benchmarks/results/)
     nox -s "plugin(name='trackio')"   one plugin's wheel next to the core, its tests and the kit
     nox -s lowest     each plugin's tests against the lowest SDK version it declares
+    nox -s frameworks real DeepSpeed, accelerate, Lightning and HF Trainer runs on CPU, and
+                      torchrun --nproc_per_node 2 (gloo), against the wheels (tests/frameworks)
 
 Nothing is installed editable and nothing relies on PYTHONPATH: the tests see the packages exactly
 as a user who ran `pip install core-monitor trackio-monitor` would.
@@ -17,6 +19,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import subprocess
 import sys
 import zipfile
 from pathlib import Path
@@ -38,7 +41,7 @@ FIXTURES = sorted(p for p in (ROOT / "tests" / "fixtures").iterdir() if p.is_dir
 TEST_DEPS = ["pytest>=8", "pytest-timeout", "numpy", "uv"]
 
 nox.options.default_venv_backend = "uv|virtualenv"
-nox.options.sessions = ["lint", "tests"]
+nox.options.sessions = ["lint", "tests", "frameworks"]
 nox.options.error_on_external_run = True
 
 
@@ -75,9 +78,64 @@ def tests(session: nox.Session) -> None:
     install_wheels(session, wheels, *TEST_DEPS)
     session.run("monitors", "list", "--json")
     session.run(
-        "pytest", "--timeout=600", *(session.posargs or ["tests"]),
+        "pytest", "--timeout=600", *(session.posargs or ["tests", "--ignore=tests/frameworks"]),
         env={**offline_env(session), "MONITORS_WHEELS": os.pathsep.join(wheels)},
     )
+
+
+# The framework versions tests/frameworks ran against on CPU (the ranges of core-monitor's extras).
+FRAMEWORKS = [
+    "deepspeed>=0.19.8,<0.20",
+    "accelerate>=1.15,<2",
+    "lightning>=2.6.6,<2.7",
+    "transformers>=5.24,<6",
+]
+#: The torch release tested with them; its CPU wheel when one lies in pip's find-links folders.
+TORCH = "2.13.0"
+
+
+def torch_requirement() -> list[str]:
+    """``uv pip install`` arguments for torch.
+
+    PyPI's Linux torch wheel is the CUDA build, with about 3 GB of NVIDIA wheels (a download on
+    every fresh CI machine, for tests that run on the CPU). When a folder in pip's
+    ``find-links`` (``PIP_FIND_LINKS`` or pip's config, which uv does not read) holds the CPU
+    wheel of ``TORCH`` for this Python, that wheel is used: about 200 MB from disk, no download.
+    Otherwise the index's ``torch==TORCH``.
+    """
+    folders = os.environ.get("PIP_FIND_LINKS", "").split()
+    try:
+        listed = subprocess.run([sys.executable, "-m", "pip", "config", "list"],
+                                capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):  # no pip next to nox: PIP_FIND_LINKS only
+        listed = ""
+    for line in listed.splitlines():
+        if "find-links=" in line:
+            folders += line.split("=", 1)[1].strip("'\" ").split()
+    tag = f"cp{sys.version_info.major}{sys.version_info.minor}"
+    for folder in folders:
+        if folder.startswith("file://"):
+            folder = folder[len("file://"):]
+        if list(Path(folder).glob(f"torch-{TORCH}+cpu-{tag}-{tag}-*linux*.whl")):
+            return ["--find-links", folder, f"torch=={TORCH}+cpu"]
+    return [f"torch=={TORCH}"]
+
+
+@nox.session
+def frameworks(session: nox.Session) -> None:
+    """Real framework runs on CPU against the built wheels: DeepSpeed, accelerate, Lightning,
+    the Hugging Face Trainer, and torchrun --nproc_per_node 2 (gloo). `-- -k lightning` etc.
+    select tests."""
+    wheels = build_wheels(session, [CORE, *PLUGINS.values()])
+    install_wheels(session, wheels, *TEST_DEPS, *torch_requirement())
+    # DeepSpeed ships an sdist whose setup.py imports torch: build it against the torch above
+    # instead of an isolated build environment (which would download torch once more).
+    session.install("--no-build-isolation-package", "deepspeed", *FRAMEWORKS)
+    env = offline_env(session)
+    # DeepSpeed compiles a small shared-memory op on CPU on first use (about a minute); keep it.
+    env["TORCH_EXTENSIONS_DIR"] = str(Path(session.cache_dir) / "torch_extensions")
+    env["DS_ACCELERATOR"] = "cpu"
+    session.run("pytest", "--timeout=900", *(session.posargs or ["tests/frameworks"]), env=env)
 
 
 @nox.session
@@ -152,6 +210,17 @@ def bench(session: nox.Session) -> None:
     wheels = build_wheels(session, [CORE, *PLUGINS.values()])
     install_wheels(session, wheels, "tensorboardX")
     session.run("python", "benchmarks/run.py", *session.posargs, env=offline_env(session))
+
+
+@nox.session
+def bench_dist(session: nox.Session) -> None:
+    """B8: Monitor.log(reduce="mean") against a bare all_reduce, torchrun 2 ranks (gloo).
+    Arguments after `--` go to benchmarks/b8_reduce.py (e.g. `-- --rounds 15`)."""
+    wheels = build_wheels(session, [CORE])
+    install_wheels(session, wheels, *torch_requirement())
+    session.run("python", "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                "--master_addr", "127.0.0.1", "--master_port", "29581",
+                "benchmarks/b8_reduce.py", *session.posargs, env=offline_env(session))
 
 
 @nox.session

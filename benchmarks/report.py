@@ -121,6 +121,14 @@ def main_rows(results: dict[str, Any]) -> tuple[list[list[str]], list[str]]:
             f"{r['peak_mb']} MB (+{r['peak_growth_mb']})",
             f"{d['peak_mb']} MB (+{d['peak_growth_mb']})" if d else "",
             f"{r['peak_mb'] / d['peak_mb']:.3f}×" if d else "", "", "", None)
+    r = results.get("B7")
+    if r and "error" not in r:
+        for dtype, d in r["dtypes"].items():
+            add("B7", f"one 64×64×3 {dtype} image per log(): caller thread (null media backend)"
+                " vs tensorboard on the caller's thread (encode + write)",
+                f"{_num(d['caller_us_per_image']['median'])} µs",
+                f"{_num(d['tensorboard_us_per_image']['median'])} µs",
+                "", _range(d["encode_and_write_us"], 1, " µs"), "", None)
     return rows, missed
 
 

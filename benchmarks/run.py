@@ -1,4 +1,4 @@
-"""Run the benchmarks B1-B6, print a table, write JSON and a markdown summary.
+"""Run the benchmarks B1-B7, print a table, write JSON and a markdown summary.
 
     python benchmarks/run.py [--quick] [--only B1,B3] [--backends trackio,tensorboard]
                              [--out benchmarks/results] [--keep] [--strict-targets]
@@ -42,6 +42,7 @@ JOBS: list[tuple[str, tuple[str, ...]]] = [
     *((f"B5-{b}{arm}", (b,)) for b in ("tensorboard", "trackio", "wandb")
       for arm in ("", "-direct")),
     ("B6", BACKENDS),
+    ("B7", ("tensorboard",)),
 ]
 JOB_TIMEOUT = 300
 PACKAGES = ("core-monitor", "trackio-monitor", "tensorboard-monitor", "wandb-monitor",
@@ -86,6 +87,10 @@ def worker(job: str, quick: bool, root: Path) -> dict[str, Any]:
         import b6_scale
 
         return b6_scale.run(quick, root)
+    if job == "B7":
+        import b7_media
+
+        return b7_media.run(quick, root)
     if job == "profile":
         import profile_core
 

@@ -9,13 +9,16 @@ TensorBoard's ``EventAccumulator``, wandb's offline ``.wandb`` file, MLflow's
 Prints, per backend, its tags, how many steps it holds and the last ``val/accuracy``; then
 whether every backend holds the same (tag, step) points with the same values: exactly for
 float64 backends, after rounding to float32 for TensorBoard. With ``--record`` (written by
-``train_digits.py --record``) the points are also compared with what the script logged.
+``train_digits.py --record``) the points are also compared with what the script logged, and so
+are its media, read back through each plugin's ``read_media``: every confusion-matrix image
+pixel-exact and every weight histogram with the logged counts, at the logged steps.
 Exit status: 0 when everything agrees, 1 when not.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import sys
@@ -30,17 +33,49 @@ from core_monitor import RunInfo
 Rows = list[tuple[str, int, float]]
 
 
-def read_backend(backend: str, log_dir: str, project: str, name: str) -> Rows:
-    """The run's rows from ``backend``'s own storage, through its plugin's ``read_rows``.
+def read_backend(backend: str, log_dir: str, project: str, name: str,
+                 what: str = "read_rows") -> list:
+    """The run's rows from ``backend``'s own storage, through its plugin's ``read_rows`` (or
+    ``read_media``: ``[(tag, step, Image | Histogram | Text)]``).
 
     The plugin is the package of the class the backend's entry point (group
-    ``experiment_monitors``) names; every plugin has ``read_rows(run: RunInfo)``.
+    ``experiment_monitors``) names; every plugin has ``read_rows(run: RunInfo)``, and one that
+    stores media ``read_media(run: RunInfo)``.
     """
+    reader = getattr(import_module(_entry_point(backend).module.split(".")[0]), what)
+    return reader(RunInfo(project=project, name=name, log_dir=Path(log_dir)))
+
+
+def _entry_point(backend: str):
     found = list(entry_points(group="experiment_monitors", name=backend))
     if len(found) != 1:
         raise LookupError(f"{len(found)} installed plugins provide the backend {backend!r}")
-    reader = import_module(found[0].module.split(".")[0]).read_rows
-    return reader(RunInfo(project=project, name=name, log_dir=Path(log_dir)))
+    return found[0]
+
+
+def media_kinds(backend: str) -> frozenset[str]:
+    """The media kinds ``backend``'s class declares it stores (``media_kinds``); loading the
+    class imports the plugin, not its SDK."""
+    return frozenset(getattr(_entry_point(backend).load(), "media_kinds", ()))
+
+
+def compare_media(name: str, stored: list, logged: list) -> list[str]:
+    """Differences between the media a backend stored and those the script logged."""
+    got = {(tag, step): value for tag, step, value in stored}
+    problems = []
+    for tag, step, kind, expected in logged:
+        value = got.get((tag, step))
+        if value is None:
+            problems.append(f"{name}: no {kind} {tag!r} at step {step}")
+        elif kind == "image":  # the logged image is grey: the stored first channel
+            pixels = np.ascontiguousarray(np.asarray(value.array)[:, :, 0])
+            if hashlib.sha256(pixels.tobytes()).hexdigest() != expected:
+                problems.append(f"{name}: image {tag!r} at step {step} differs from the logged")
+        elif np.asarray(value.binned()[0]).tolist() != expected:
+            problems.append(f"{name}: histogram {tag!r} at step {step}: counts "
+                            f"{np.asarray(value.binned()[0]).tolist()[:5]}... != logged "
+                            f"{expected[:5]}...")
+    return problems
 
 
 DEFAULT_BACKENDS = ["trackio", "tensorboard", "wandb", "mlflow"]
@@ -113,9 +148,23 @@ def main(argv: list[str] | None = None) -> int:
     for name, rows in read.items():
         if name != ref_name:
             problems += compare(name, rows, reference, ref_name)
+    media = {}
+    for name in read if record and record.get("media") else ():
+        # Only the kinds a backend declares were sent to it (the core skips the others).
+        logged = [item for item in record["media"] if item[2] in media_kinds(name)]
+        if not logged:
+            continue
+        try:
+            media[name] = read_backend(name, args.log_dir, args.project, args.name, "read_media")
+        except Exception as error:  # a plugin without read_media, an unreadable file
+            problems.append(f"{name}: cannot read media back: {type(error).__name__}: {error}")
+            continue
+        problems += compare_media(name, media[name], logged)
 
     if args.json:
-        print(json.dumps({"backends": {n: {**summary(r), "rows": r} for n, r in read.items()},
+        kinds = {n: [(t, s, v.kind) for t, s, v in m] for n, m in media.items()}
+        print(json.dumps({"backends": {n: {**summary(r), "rows": r, "media": kinds.get(n, [])}
+                                       for n, r in read.items()},
                           "reference": ref_name, "agree": not problems, "problems": problems}))
     else:
         for name, rows in read.items():
@@ -123,6 +172,9 @@ def main(argv: list[str] | None = None) -> int:
             last = s["last_val_accuracy"]
             print(f"{name:12} {s['steps']:5d} steps {s['points']:6d} points  last val/accuracy "
                   f"{'-' if last is None else f'{last:.6f}'}  tags {', '.join(s['tags'])}")
+            if name in media:
+                print(f"{'':12} {len(media[name])} media values: "
+                      f"{', '.join(sorted({f'{t} ({v.kind})' for t, _, v in media[name]}))}")
         print("\n".join(problems) if problems else
               f"all {len(read)} backends agree with {ref_name} on every step and value")
     return 1 if problems else 0

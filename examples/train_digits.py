@@ -7,13 +7,16 @@
 
 The data ships inside scikit-learn (no download). Every step logs ``train/loss``,
 ``train/accuracy`` and ``lr``; every ``--eval-every`` steps also ``val/loss`` and
-``val/accuracy``, always at an explicit ``step``. Same seed, same numbers. wandb runs offline
+``val/accuracy``; every ``--media-every`` steps (and at the last step) the validation confusion
+matrix as an image (``val/confusion``) and the first layer's weights as a histogram
+(``weights/w1``); always at an explicit ``step``. Same seed, same numbers. wandb runs offline
 unless ``WANDB_MODE`` says otherwise.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import os
@@ -21,7 +24,7 @@ import os
 import numpy as np
 from sklearn.datasets import load_digits
 
-from core_monitor import Monitor
+from core_monitor import Histogram, Image, Monitor
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -37,6 +40,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--lr", type=float, default=0.5, help="peak learning rate")
     p.add_argument("--warmup", type=int, default=20, help="linear warm-up steps, then cosine")
     p.add_argument("--eval-every", type=int, default=10)
+    p.add_argument("--media-every", type=int, default=50, help="confusion image, histogram")
     p.add_argument("--record", default=None, help="also write what was logged to this JSON file")
     return p.parse_args(argv)
 
@@ -46,6 +50,17 @@ def learning_rate(step: int, args: argparse.Namespace) -> float:
         return args.lr * (step + 1) / args.warmup
     progress = (step - args.warmup) / max(1, args.steps - args.warmup)
     return 0.5 * args.lr * (1 + math.cos(math.pi * progress))
+
+
+def confusion_image(params: dict, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """The confusion matrix (rows: true digit, columns: predicted) as a 80x80 grey image,
+    each cell 8x8 pixels, brightness = share of the row's samples (uint8)."""
+    h = np.maximum(x @ params["w1"] + params["b1"], 0)
+    predicted = (h @ params["w2"] + params["b2"]).argmax(axis=1)
+    counts = np.zeros((10, 10))
+    np.add.at(counts, (y, predicted), 1)
+    shares = counts / np.maximum(counts.sum(axis=1, keepdims=True), 1)
+    return np.kron(np.rint(shares * 255), np.ones((8, 8))).astype(np.uint8)
 
 
 def forward(params: dict, x: np.ndarray, y: np.ndarray) -> tuple[float, float, dict]:
@@ -84,7 +99,7 @@ def main(argv: list[str] | None = None) -> None:
     config["model"] = {"type": "mlp", "layers": [64, args.hidden, 10]}
     config["data"] = {"train": len(train), "val": len(val)}
 
-    logged = []
+    logged, media = [], []
     with Monitor(backends, project=args.project, name=args.name, config=config,
                  log_dir=args.log_dir) as monitor:
         for step in range(args.steps):
@@ -101,13 +116,21 @@ def main(argv: list[str] | None = None) -> None:
                       f"val/accuracy {val_accuracy:.3f}  lr {lr:.4f}")
             monitor.log(metrics, step=step)
             logged += [(tag, step, value) for tag, value in metrics.items()]
+            if step % args.media_every == 0 or step == args.steps - 1:
+                pixels = confusion_image(params, x[val], y[val])
+                monitor.log({"val/confusion": Image(pixels, caption=f"step {step}"),
+                             "weights/w1": Histogram(params["w1"], bins=64)}, step=step)
+                counts, _ = np.histogram(params["w1"], bins=64)
+                media += [("val/confusion", step, "image",
+                           hashlib.sha256(pixels.tobytes()).hexdigest()),
+                          ("weights/w1", step, "histogram", counts.tolist())]
         run = monitor.run
 
     root = os.path.abspath(args.log_dir)
     if args.record:
         with open(args.record, "w", encoding="utf-8") as f:
             json.dump({"project": run.project, "name": run.name, "log_dir": root,
-                       "backends": backends, "rows": logged}, f)
+                       "backends": backends, "rows": logged, "media": media}, f)
     where = {
         "trackio": f"{root}/trackio/{run.project}.db\n"
                    f"    TRACKIO_DIR={root}/trackio trackio show --project {run.project}",

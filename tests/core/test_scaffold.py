@@ -18,6 +18,7 @@ import tomllib
 from core_monitor import cli, scaffold
 from core_monitor.scaffold import ScaffoldError, create_plugin, plugin_names
 from core_monitor.testing import MonitorContract
+from core_monitor.testing._media import MediaChecks
 
 FILES = {
     ".gitignore", "README.md", "pyproject.toml", "src/csv_monitor/__init__.py",
@@ -76,7 +77,11 @@ def test_the_generated_backend_passes_the_contract_kit(work, pytester):
         "-o", f"pythonpath={target / 'src'}",
     )
     kit_tests = [n for n in dir(MonitorContract) if n.startswith("test_")]
-    result.assert_outcomes(passed=len(kit_tests) - 1, skipped=1, deselected=3)
+    # Skipped: the media checks that need a declared kind (the csv backend stores no media),
+    # and the import check, which needs the plugin installed (it runs from source here).
+    media = [n for n in dir(MediaChecks) if n.startswith("test_") and "declared" not in n]
+    result.assert_outcomes(passed=len(kit_tests) - len(media) - 1, skipped=len(media) + 1,
+                           deselected=3)
     result.stdout.fnmatch_lines(["*'csv_monitor.backend' is not provided by an installed*"])
 
 

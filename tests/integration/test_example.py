@@ -3,7 +3,8 @@
 The example runs in the venv built from wheels, as a user runs it; ``examples/readback.py`` reads
 every backend's own files through the plugins' read-back helpers and prints them as JSON. Each
 backend must hold exactly the points the example logged (``--record``): same tags, same steps,
-same values (float64 exactly; TensorBoard's float32 after rounding).
+same values (float64 exactly; TensorBoard's float32 after rounding), and its confusion-matrix
+images and weight histograms pixel- and count-exact at their steps.
 """
 
 from __future__ import annotations
@@ -72,6 +73,29 @@ def test_each_backend_stores_exactly_the_points_the_example_logged(
             assert rows == logged, name
         assert stored["steps"] == STEPS
         assert stored["last_val_accuracy"] == pytest.approx(logged[("val/accuracy", STEPS - 1)])
+        media = sorted((tag, step, kind) for tag, step, kind in stored["media"])
+        assert media == [("val/confusion", 0, "image"), ("val/confusion", STEPS - 1, "image"),
+                         ("weights/w1", 0, "histogram"), ("weights/w1", STEPS - 1, "histogram")]
+
+
+def test_readback_exits_nonzero_when_a_stored_image_or_histogram_differs(
+    full_venv: Venv, trained: tuple[Path, dict], tmp_path: Path
+) -> None:
+    """The media check compares pixels and counts: a record with one count off and one
+    image hash changed is refused, for every backend."""
+    cwd, logged = trained
+    record = copy.deepcopy(logged)
+    image = next(m for m in record["media"] if m[2] == "image")
+    histogram = next(m for m in record["media"] if m[2] == "histogram")
+    image[3] = "0" * 64
+    histogram[3][0] += 1
+    altered = tmp_path / "altered.json"
+    altered.write_text(json.dumps(record))
+    done = full_venv.run(["python", EXAMPLES / "readback.py", "--record", altered,
+                          "--log-dir", cwd / "runs"], cwd=cwd, expect=1)
+    for name in BACKENDS:
+        assert f"{name}: image 'val/confusion' at step {image[1]} differs" in done.stdout
+        assert f"{name}: histogram 'weights/w1' at step {histogram[1]}: counts" in done.stdout
 
 
 def test_readback_exits_nonzero_when_a_backend_disagrees(

@@ -23,7 +23,14 @@ from tensorboard.plugins.hparams import metadata as hparams_metadata
 
 from core_monitor import ConfigError, Monitor, RunInfo
 from core_monitor.testing import MonitorContract
-from tensorboard_monitor import TensorBoardMonitor, hparam_value, read_config, read_rows, run_dir
+from tensorboard_monitor import (
+    TensorBoardMonitor,
+    hparam_value,
+    read_config,
+    read_media,
+    read_rows,
+    run_dir,
+)
 
 
 def raw_events(folder: Path) -> list:
@@ -64,6 +71,10 @@ class TestTensorBoardContract(MonitorContract):
     @pytest.fixture
     def read_config(self):
         return read_config
+
+    @pytest.fixture
+    def read_media(self):
+        return read_media
 
 
 @pytest.fixture
@@ -363,3 +374,39 @@ def test_a_tensorboard_without_the_writer_the_plugin_uses_fails_loudly():
         "TensorBoardMonitor.check_sdk()",
     )
     assert "EventFileWriter.add_event" in message and "tensorboard<3,>=2.21" in message
+
+
+def test_media_events_are_what_tensorboards_dashboards_read(logs):
+    """Raw events: one per media value at the caller's step; the image a PNG TensorBoard's
+    Images dashboard decodes; the histogram migrated by TensorBoard's own ``data_compat`` (what
+    its Histograms dashboard reads) into buckets holding every value; text under the Text
+    plugin."""
+    import io
+
+    import numpy as np
+    from PIL import Image as PILImage
+    from tensorboard import data_compat
+    from tensorboard.util import tensor_util
+
+    from core_monitor import Histogram, Image, Text
+
+    pixels = np.arange(4 * 5 * 3, dtype=np.uint8).reshape(4, 5, 3)
+    values = np.linspace(-1, 1, 101)
+    with Monitor(["tensorboard"], project="p", name="media", log_dir=logs) as monitor:
+        monitor.log({"img": Image(pixels), "w": Histogram(values, bins=8), "md": Text("**b**")},
+                    step=250)
+    media = [e for e in raw_events(run_dir("p", "media", logs)) if e.summary.value
+             and e.summary.value[0].WhichOneof("value") in ("image", "histo", "tensor")]
+    assert [(e.step, e.summary.value[0].tag) for e in media] == [(250, "img"), (250, "w"),
+                                                                 (250, "md")]
+    image = media[0].summary.value[0].image
+    assert (image.height, image.width, image.colorspace) == (4, 5, 3)
+    assert np.array_equal(np.asarray(PILImage.open(io.BytesIO(image.encoded_image_string))),
+                          pixels)
+    migrated = data_compat.migrate_event(media[1]).summary.value[0]
+    buckets = tensor_util.make_ndarray(migrated.tensor)  # rows of (left, right, count)
+    assert migrated.metadata.plugin_data.plugin_name == "histograms"
+    assert buckets[:, 2].sum() == 101 and buckets[0, 0] == -1 and buckets[-1, 1] == 1
+    text = media[2].summary.value[0]
+    assert text.metadata.plugin_data.plugin_name == "text"
+    assert text.tensor.string_val == [b"**b**"]

@@ -21,7 +21,7 @@ from trackio.sqlite_storage import SQLiteStorage
 
 from core_monitor import ConfigError, Monitor, RunInfo
 from core_monitor.testing import MonitorContract
-from trackio_monitor import TrackioMonitor, read_config, read_rows, trackio_dir
+from trackio_monitor import TrackioMonitor, read_config, read_media, read_rows, trackio_dir
 
 
 class TestTrackioContract(MonitorContract):
@@ -36,6 +36,10 @@ class TestTrackioContract(MonitorContract):
     @pytest.fixture
     def read_config(self):
         return read_config
+
+    @pytest.fixture
+    def read_media(self):
+        return read_media
 
 
 @pytest.fixture
@@ -345,3 +349,31 @@ def test_log_config_of_a_run_that_logs_nothing_stores_nothing(log_dir):
     with Monitor(["trackio"], project="late", name="empty", log_dir=log_dir) as monitor:
         monitor.log_config({"lr": 0.1})
     assert read_config(monitor.run) == {}
+
+
+def test_media_are_in_trackios_own_rows_and_media_folder(log_dir):
+    """What Trackio's dashboard reads (``SQLiteStorage.get_logs``): each media value in the row
+    of the caller's step, the image a PNG under ``media/<project>/<run>/<step>/``; a reserved
+    tag renamed as for scalars and read back as logged."""
+    import numpy as np
+
+    from core_monitor import Histogram, Image, Text
+
+    pixels = np.full((3, 4, 3), 200, dtype=np.uint8)
+    with Monitor(["trackio"], project="p", name="media", log_dir=log_dir) as monitor:
+        monitor.log({"loss": 1.0, "img": Image(pixels, caption="c")}, step=40)
+        monitor.log({"w": Histogram([1, 2, 2, 3], bins=3), "step": Text("t")}, step=7)
+        monitor.flush()
+        logs = SQLiteStorage.get_logs("p", "media")
+    by_step = {}
+    for row in logs:
+        by_step.setdefault(row["step"], {}).update(row)
+    image = by_step[40]["img"]
+    assert image["_type"] == "trackio.image" and image["caption"] == "c"
+    assert Path(image["file_path"]).parent.as_posix() == "p/media/40"
+    assert (trackio_dir(log_dir) / "media" / image["file_path"]).is_file()
+    assert by_step[7]["w"]["_type"] == "trackio.histogram" and sum(by_step[7]["w"]["values"]) == 4
+    assert by_step[7]["__step"] == {"_type": "trackio.markdown", "_value": "t"}
+    assert [(t, s, type(v).__name__) for t, s, v in read_media(monitor.run)] == [
+        ("img", 40, "Image"), ("w", 7, "Histogram"), ("step", 7, "Text")]
+    assert read_rows(monitor.run) == [("loss", 40, 1.0)]

@@ -20,6 +20,7 @@ from wandb_monitor import (
     WandbMonitor,
     find_run_dirs,
     read_config,
+    read_media,
     read_records,
     read_rows,
 )
@@ -84,6 +85,10 @@ class TestWandbContract(MonitorContract):
     @pytest.fixture
     def read_config(self):
         return read_config
+
+    @pytest.fixture
+    def read_media(self):
+        return read_media
 
 
 @pytest.fixture
@@ -457,3 +462,35 @@ def test_a_wandb_without_an_internal_the_plugin_uses_fails_loudly(tmp_path):
     )
     assert "remove_active_run" in message and "wandb<0.32,>=0.31" in message
     assert find_run_dirs(tmp_path) == []  # refused before any run started
+
+
+def test_media_are_in_the_history_rows_of_the_callers_step(tmp_path):
+    """The ``.wandb`` log's own history record: the image row holds the caller's step as the
+    step metric and a reference to a PNG wandb wrote under ``files/media/images/``; the
+    histogram's counts and the text sit in the row of their step."""
+    import numpy as np
+
+    from core_monitor import Histogram, Image, Text
+
+    logs = tmp_path / "logs"
+    with Monitor(["wandb"], project="p", name="media", log_dir=logs, wandb=OPTIONS) as monitor:
+        monitor.log({"img": Image(np.zeros((2, 3, 3), np.uint8))}, step=90)
+        monitor.log({"w": Histogram([0.0, 1.0, 1.0], bins=2), "_note": Text("hi")}, step=60)
+    (folder,) = find_run_dirs(logs)
+    rows = []
+    for record in read_records(folder):
+        if record.HasField("history"):
+            row = {}
+            for item in record.history.item:
+                key = item.key or ".".join(item.nested_key)
+                row[key] = json.loads(item.value_json)
+            rows.append(row)
+    image_row = next(r for r in rows if "img._type" in r)
+    assert image_row["global_step"] == 90 and image_row["img._type"] == "image-file"
+    assert (folder / "files" / image_row["img.path"]).is_file()
+    assert image_row["img.path"].startswith("media/images/")
+    other = next(r for r in rows if "w._type" in r)
+    assert other["global_step"] == 60 and sum(other["w.values"]) == 3
+    assert other[ESCAPE + "_note"] == "hi"
+    got = [(t, s) for t, s, _ in read_media(monitor.run)]  # wandb orders keys within a row
+    assert got[0] == ("img", 90) and sorted(got[1:]) == [("_note", 60), ("w", 60)]

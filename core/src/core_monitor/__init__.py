@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     )
     from .events import Event
     from .hookspecs import hookimpl, hookspec
+    from .media import Histogram, Image, Text
     from .monitor import Monitor
     from .run import RunInfo
 
@@ -42,6 +43,9 @@ _EXPORTS = {
     "Event": ".events",
     "hookimpl": ".hookspecs",
     "hookspec": ".hookspecs",
+    "Histogram": ".media",
+    "Image": ".media",
+    "Text": ".media",
     "Monitor": ".monitor",
     "RunInfo": ".run",
 }
@@ -52,8 +56,11 @@ __all__ = [
     "ConfigError",
     "ConfigWarning",
     "Event",
+    "Histogram",
+    "Image",
     "Monitor",
     "RunInfo",
+    "Text",
     "UnknownBackendError",
     "__version__",
     "hookimpl",

@@ -32,12 +32,14 @@ import pluggy
 from . import hookspecs
 from .errors import BackendWarning, ConfigError
 from .events import Event
+from .media import MEDIA_KINDS, MediaItem
 from .run import RunInfo
 
 logger = logging.getLogger("core_monitor")
 
 #: The hooks the core calls, in the order a backend's life uses them.
-HOOKS = ("monitor_write", "monitor_flush", "monitor_close", "monitor_config")
+HOOKS = ("monitor_write", "monitor_flush", "monitor_close", "monitor_config",
+         "monitor_write_media")
 #: ``hookimpl`` options the core cannot honour, since it calls each backend's function itself.
 UNSUPPORTED_HOOK_OPTIONS = ("wrapper", "hookwrapper", "tryfirst", "trylast")
 
@@ -73,17 +75,22 @@ class Dispatcher:
     Attributes:
         strict: as given.
         failures: backend name -> how many of its hook calls (and its start) raised.
+        media_skipped: ``(backend name, kind)`` -> how many media values of that kind the
+            backend was not sent because it does not store the kind (``media_kinds``).
         backends: the started backends, in start order.
     """
 
     def __init__(self, *, strict: bool) -> None:
         self.strict = strict
         self.failures: dict[str, int] = {}
+        self.media_skipped: dict[tuple[str, str], int] = {}
         self.backends: list[Backend] = []
         self._pending: BaseException | None = None
-        self._told: set[tuple[str, str]] = set()  # (backend, optional hook) warned about
+        self._told: set[tuple[str, ...]] = set()  # (backend, hook) and ("media", backend, kind)
         #: (name, monitor_write function) per backend: ``write`` runs on every ``log()``.
         self._writers: list[tuple[str, Callable[..., Any]]] = []
+        #: Backend name -> the media kinds it is sent (declared and with the hook).
+        self._media_kinds: dict[str, frozenset[str]] = {}
         self._pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
         self._pm.add_hookspecs(hookspecs)
 
@@ -122,6 +129,10 @@ class Dispatcher:
         self.backends.append(backend)
         if "monitor_write" in hooks:
             self._writers.append((name, hooks["monitor_write"]))
+        declared = getattr(cls, "media_kinds", ())
+        self._media_kinds[name] = (
+            MEDIA_KINDS.intersection(declared) if "monitor_write_media" in hooks else frozenset()
+        )
         return backend
 
     def _hooks_of(self, name: str, instance: object) -> dict[str, Callable[..., Any]]:
@@ -176,6 +187,35 @@ class Dispatcher:
                 self.failed(name, "monitor_write", error)
         if self._pending is not None:
             self.raise_pending()
+
+    def write_media(self, items: Sequence[MediaItem]) -> None:
+        """Call ``monitor_write_media(items=...)`` on every backend with the items of the kinds
+        it stores; raise a strict failure after.
+
+        A kind a backend does not store is skipped for it: reported once per (backend, kind)
+        as a ``BackendWarning``, then only counted in ``media_skipped``. Not a failure.
+        """
+        for backend in self.backends:
+            kinds = self._media_kinds[backend.name]
+            mine = [item for item in items if item.value.kind in kinds]
+            if len(mine) < len(items):
+                self._skip_media(backend.name, [i for i in items if i.value.kind not in kinds])
+            if mine:
+                self._guarded(backend.name, "monitor_write_media",
+                              backend.hooks["monitor_write_media"], {"items": tuple(mine)})
+        self.raise_pending()
+
+    def _skip_media(self, name: str, items: list[MediaItem]) -> None:
+        for item in items:
+            key = (name, item.value.kind)
+            self.media_skipped[key] = self.media_skipped.get(key, 0) + 1
+            if ("media", *key) not in self._told:
+                self._told.add(("media", *key))
+                warnings.warn(
+                    f"backend {name!r} does not store {item.value.kind} media (its class "
+                    f"declares media_kinds = {sorted(self._media_kinds[name])}): {item.tag!r} "
+                    "and later values of that kind are not sent to it (the other backends store "
+                    "them); Monitor.media_skipped counts them", BackendWarning, stacklevel=4)
 
     def call(self, hook: str, **kwargs: Any) -> None:
         """Call ``hook(**kwargs)`` on every backend implementing it, in start order; then

@@ -79,7 +79,8 @@ def to_float(tag: str, value: Any) -> float:
             return float(scalar)
     raise TypeError(
         f"metric {tag!r} has a value of type {type(value).__name__} ({value!r:.60}); "
-        "log numbers only: int, float, bool, or a numpy/torch scalar or 0-d array"
+        "log numbers (int, float, bool, a numpy/torch scalar or 0-d array), or wrap media: "
+        "core_monitor.Image(array), Histogram(values) or Text(str)"
     )
 
 

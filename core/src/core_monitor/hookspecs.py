@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 import pluggy
 
 from .events import Event
+from .media import MEDIA_KINDS, MediaItem
 
 if TYPE_CHECKING:
     from .run import RunInfo
@@ -69,6 +70,20 @@ def monitor_config(config: Mapping[str, Any]) -> None:
     """
 
 
+@hookspec
+def monitor_write_media(items: Sequence[MediaItem]) -> None:
+    """Record the media values (images, histograms, text) of one ``Monitor.log`` call.
+
+    Each ``MediaItem`` carries ``tag``, ``step`` (final, as for ``monitor_write``),
+    ``wall_time`` and a validated ``value`` (``core_monitor.media.Image``: a read-only ``uint8``
+    array ``(H, W, C)``, ``C`` in 1/3/4; ``Histogram``: ``binned()`` gives ``(counts, edges)``;
+    ``Text``: ``text``). The core sends only the kinds the class declares in ``media_kinds``
+    (``"image"``, ``"histogram"``, ``"text"``) and reports the others once per kind. Encode
+    here (PNG, binning), not earlier: this hook runs where the backend's writes run, off the
+    training thread when dispatch is in the background.
+    """
+
+
 # The backend class as a whole: constructor, hooks and capabilities ------------------------------
 
 #: Accepted values of each capability attribute, the first one the default. The contract kit
@@ -94,8 +109,9 @@ class Capabilities:
             storage rounds them to single precision (TensorBoard event files).
         stores_config: whether the backend stores ``RunInfo.config`` at start and merges what
             ``monitor_config`` brings later, readable back by the plugin's ``read_config``.
-        media_kinds: kinds of non-scalar data the backend stores; empty today (reserved for
-            images, histograms and the like, which no hook carries yet).
+        media_kinds: the media kinds ``monitor_write_media`` stores, a subset of
+            ``{"image", "histogram", "text"}`` (``core_monitor.media.MEDIA_KINDS``); the core
+            sends the backend only these. Empty (the default): scalars only.
     """
 
     name: str | None = None
@@ -128,9 +144,11 @@ class Capabilities:
             raise TypeError(f"{backend_class.__qualname__}.name = {name!r} must be a non-empty "
                             "str (the backend name) or unset")
         kinds = getattr(backend_class, "media_kinds", frozenset())
-        if isinstance(kinds, str) or not all(isinstance(k, str) for k in kinds):
+        if isinstance(kinds, str) or not all(isinstance(k, str) for k in kinds) or (
+            set(kinds) - MEDIA_KINDS
+        ):
             raise TypeError(f"{backend_class.__qualname__}.media_kinds = {kinds!r} must be a "
-                            "set of str")
+                            f"set of str out of {sorted(MEDIA_KINDS)}")
         return cls(name=name, media_kinds=frozenset(kinds), **found)
 
 
@@ -152,13 +170,14 @@ class Backend(Protocol):
         rows_readable_after: ``"flush"`` | ``"close"``.
         value_dtype: ``"float64"`` | ``"float32"``.
         stores_config: ``False`` | ``True``.
-        media_kinds: ``frozenset()``; reserved for non-scalar data.
+        media_kinds: ``frozenset()`` | a subset of ``{"image", "histogram", "text"}``.
     """
 
     name: ClassVar[str]
     rows_readable_after: ClassVar[Literal["flush", "close"]]
     value_dtype: ClassVar[Literal["float64", "float32"]]
     stores_config: ClassVar[bool]
+    media_kinds: ClassVar[frozenset[str]]
 
     def __init__(self, run: RunInfo, **options: Any) -> None:
         """Open the run's storage for ``run`` (project, name, config, log_dir, rank).
@@ -170,6 +189,9 @@ class Backend(Protocol):
 
     def monitor_write(self, events: Sequence[Event]) -> None:
         """See the ``monitor_write`` hook specification above."""
+
+    def monitor_write_media(self, items: Sequence[MediaItem]) -> None:
+        """See the ``monitor_write_media`` hook specification above."""
 
     def monitor_flush(self) -> None:
         """See the ``monitor_flush`` hook specification above."""

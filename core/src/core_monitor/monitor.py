@@ -19,8 +19,10 @@ from typing import Any
 from . import discovery, shutdown
 from .config import sanitize_config
 from .dispatch import Dispatcher
+from .distributed import Reducer
 from .errors import ConfigError
-from .events import MAX_STEP, Event, OneRow, check_step, flatten, to_float
+from .events import MAX_STEP, Event, OneRow, check_step, to_float
+from .media import split
 from .run import RunInfo, default_run_name, detect_rank
 from .settings import check_backend_keys, check_keywords, check_options, load_monitor_config
 
@@ -81,8 +83,11 @@ class Monitor:
         self._dispatch = Dispatcher(strict=strict)
         #: Failures per backend name: how many hook calls raised.
         self.failures: dict[str, int] = self._dispatch.failures
+        #: (backend, media kind) -> media values not sent there: the backend lacks the kind.
+        self.media_skipped: dict[tuple[str, str], int] = self._dispatch.media_skipped
         self._write = self._dispatch.write  # log()'s hot path: one bound method, no look-up
         self._next_step = 0
+        self._reducer = Reducer()  # log(reduce=...): the ranks' agreed tags
         self._closed = False
 
         found = discovery.select(backends, strict=strict)  # all checked before any import
@@ -142,28 +147,41 @@ class Monitor:
 
     # Logging ---------------------------------------------------------------------------------
 
-    def log(self, metrics: Mapping[str, Any], step: int | None = None) -> int:
-        """Log scalars at one step, as ``wandb.log``/``accelerate.Accelerator.log`` do.
+    def log(
+        self, metrics: Mapping[str, Any], step: int | None = None, *, reduce: str | None = None
+    ) -> int:
+        """Log scalars and media at one step, as ``wandb.log``/``accelerate.Accelerator.log`` do.
 
         Args:
             metrics: ``{tag: value}``; nested mappings are flattened with ``/``. Values are
-                numbers or anything with ``.item()`` (numpy/torch scalars, 0-d arrays).
+                numbers or anything with ``.item()`` (numpy/torch scalars, 0-d arrays), or
+                media (``Image``, ``Histogram``, ``Text``: see ``core_monitor.media``).
             step: ``int`` with ``0 <= step < 2**63``, stored exactly, even when lower than an
                 earlier step; ``None`` for the largest step seen so far + 1 (0 at first).
+            reduce: ``None``, or ``"mean"``, ``"sum"``, ``"max"``, ``"min"`` to reduce each value
+                across ranks first. A collective: every rank calls it with the same tags; one
+                ``torch.distributed.all_reduce`` per call (``core_monitor.distributed``).
+                Without a process group and a world size of 1 the values stay as they are.
 
         Returns:
             The step the scalars were stored at.
 
         Raises:
             TypeError: ``metrics`` is not a mapping, a tag is not a non-empty ``str``, a value
-                is not a number (the message names the tag), or ``step`` is a
-                ``bool``/``float``. Nothing of this call is written.
-            ValueError: ``step`` is out of range, or ``step=None`` after step ``2**63 - 1``
-                (no next step exists). Nothing of this call is written.
+                is neither a number nor media of the right type or dtype (the message names the
+                tag), or ``step`` is a ``bool``/``float``. Nothing of this call is written.
+            ValueError: ``step`` out of range or no next step after ``2**63 - 1``, or a media
+                value of a wrong shape or range (names the tag). Nothing of this call is written.
             RuntimeError: the monitor is closed.
+            ConfigError: ``reduce`` is not an operation, or ``WORLD_SIZE`` > 1 but no process
+                group is initialised.
+            core_monitor.distributed.TagMismatchError: (``reduce`` only) the ranks gave
+                different tags or operations; raised on every rank, nothing is logged.
         """
         if self._closed:
             raise self._closed_error("log")
+        if reduce is not None:
+            metrics = self._reducer.reduce_metrics(metrics, reduce)
         if step is None:
             step = self._next_step
             if step > MAX_STEP:
@@ -176,7 +194,8 @@ class Monitor:
                             f"{type(metrics).__name__}; e.g. monitor.log({{'loss': 0.5}}, step=1)")
         now = time.time()
         new = tuple.__new__
-        events = []
+        events: list[Event] = []
+        media: list[Any] = []
         append = events.append
         plain = True  # every value a float under a str tag: the batch is `metrics` itself
         for tag, value in metrics.items():
@@ -184,21 +203,17 @@ class Monitor:
                 append(new(Event, (tag, value, step, now)))
                 continue
             plain = False
-            if isinstance(value, Mapping) or type(tag) is not str or not tag:
-                for sub_tag, sub_value in flatten({tag: value}):
-                    append(new(Event, (sub_tag, to_float(sub_tag, sub_value), step, now)))
-            else:
-                append(new(Event, (tag, to_float(tag, value), step, now)))
+            split(tag, value, step, now, events, media)  # scalars to events, media to media
         if step >= self._next_step:
             self._next_step = step + 1
-        if not events:
-            return step
-        if plain:
+        if plain and events:
             batch = OneRow(events)
             batch.row = dict(metrics)
             self._write(batch)
-        else:
+        elif events:
             self._write(tuple(events))
+        if media:
+            self._dispatch.write_media(media)
         return step
 
     def write_events(self, events: Iterable[tuple[str, Any, int | None]]) -> None:

@@ -19,20 +19,25 @@ Needs pytest: ``pip install 'core-monitor[testing]'``. A plugin's tests subclass
         def read_config(self):          # only with stores_config = True; else the config
             return my_monitor.read_config  # checks are skipped. RunInfo -> dict
 
+        @pytest.fixture
+        def read_media(self):           # only with media_kinds declared; else the media
+            return my_monitor.read_media   # checks are skipped. RunInfo -> [(tag, step, value)]
+
 Optionally override ``backend_options`` (a dict of the backend's keyword options). The kit
 builds a real ``Monitor`` around the class with ``log_dir=tmp_path / "logs"`` and checks what
 ``read_rows`` returns after ``flush()``, or after ``close()`` for a backend whose class says
-``rows_readable_after = "close"``. The capability attributes the kit reads are declared once,
-in ``core_monitor.hookspecs.Capabilities`` (``rows_readable_after``, ``value_dtype``,
-``stores_config``). Every failure says what was expected and what was stored, at which tag and
-step, and which hook or capability to look at. ``monitors new NAME`` writes a plugin whose tests
-run this kit. Installing ``core-monitor`` registers this module as a pytest plugin (entry point
-``pytest11``), so its fixtures need no ``conftest.py`` import. Its ``monitor_factory`` fixture
-(a ``MonitorFactory``: real monitors, closed at teardown) serves any test that builds monitors.
+``rows_readable_after = "close"``. The capability attributes the kit reads are declared once, in
+``core_monitor.hookspecs.Capabilities`` (``rows_readable_after``, ``value_dtype``,
+``stores_config``, ``media_kinds``). Every failure says what was expected and what was stored,
+at which tag and step, and which hook or capability to look at. ``monitors new NAME`` writes a
+plugin whose tests run this kit. Installing ``core-monitor`` registers this module as a pytest
+plugin (entry point ``pytest11``), so its fixtures need no ``conftest.py`` import. Its
+``monitor_factory`` fixture (a ``MonitorFactory``: real monitors, closed at teardown) serves any
+test that builds monitors.
 
 Modules: ``contract`` (``MonitorContract``: fixtures and assertions), ``_steps`` (the step and
-value checks), ``_runs`` (flush, close, runs, ranks, config, imports), ``_messages`` (what a
-failure says), ``factory`` (``MonitorFactory``).
+value checks), ``_runs`` (flush, close, runs, ranks, config, imports), ``_media`` (images,
+histograms, text), ``_messages`` (what a failure says), ``factory`` (``MonitorFactory``).
 """
 
 from __future__ import annotations

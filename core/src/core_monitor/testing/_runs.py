@@ -19,7 +19,8 @@ from ._imports import CORE_DISTRIBUTION, requirement_modules
 from ._messages import config_matches, short, stored_as
 
 #: The hooks of ``core_monitor.hookspecs``, in the order the core calls them.
-HOOKS = ("monitor_write", "monitor_config", "monitor_flush", "monitor_close")
+HOOKS = ("monitor_write", "monitor_write_media", "monitor_config", "monitor_flush",
+         "monitor_close")
 #: The attribute pluggy's ``hookimpl`` marker sets on a hook implementation.
 MARK = f"{hookimpl.project_name}_impl"
 
@@ -32,6 +33,11 @@ def recording_hook(backend_class: type, hook: str, calls: list[str]) -> Callable
             calls.append(hook)
             parent(self, events=events)
         function: Callable[..., Any] = monitor_write
+    elif hook == "monitor_write_media":
+        def monitor_write_media(self: Any, items: Any) -> None:
+            calls.append(hook)
+            parent(self, items=items)
+        function = monitor_write_media
     elif hook == "monitor_config":
         def monitor_config(self: Any, config: Any) -> None:
             calls.append(hook)

@@ -10,6 +10,7 @@ import pytest
 from ..hookspecs import Capabilities
 from ..monitor import Monitor
 from ..run import RunInfo
+from ._media import MediaChecks
 from ._messages import same, short, step_hint, stored_as, value_hint
 from ._runs import HOOKS, MARK, RunChecks
 from ._steps import StepChecks
@@ -18,13 +19,14 @@ from .factory import MonitorFactory
 Rows = list[tuple[str, int, float]]
 
 
-class MonitorContract(StepChecks, RunChecks):
+class MonitorContract(StepChecks, RunChecks, MediaChecks):
     """Abstract test class: subclass it with fixtures ``backend_class`` and ``read_rows`` (and
-    ``read_config`` for a backend with ``stores_config = True``).
+    ``read_config`` for a backend with ``stores_config = True``, ``read_media`` for one that
+    declares ``media_kinds``).
 
-    The checks themselves live in ``StepChecks`` (the step and value contract) and
-    ``RunChecks`` (flush, close, runs and ranks, config, imports); this class holds the fixtures
-    and the assertions they share."""
+    The checks themselves live in ``StepChecks`` (the step and value contract), ``RunChecks``
+    (flush, close, runs and ranks, config, imports) and ``MediaChecks`` (images, histograms,
+    text); this class holds the fixtures and the assertions they share."""
 
     @pytest.fixture
     def backend_class(self) -> type:
@@ -40,6 +42,14 @@ class MonitorContract(StepChecks, RunChecks):
     def read_config(self) -> Callable[[RunInfo], Mapping[str, Any]] | None:
         """Override with a function ``RunInfo -> dict`` (the stored config, the plugin's key
         escaping undone, ``{}`` when none); ``None`` skips the config checks."""
+        return None
+
+    @pytest.fixture
+    def read_media(self) -> Callable[[RunInfo], list[tuple[str, int, Any]]] | None:
+        """Override with a function ``RunInfo -> [(tag, step, value)]``, ``value`` a
+        ``core_monitor.Image``/``Histogram``/``Text`` rebuilt from your storage (an image's
+        ``array`` as stored, ``(H, W, C)``; a histogram's ``edges`` and ``counts``), in storage
+        order; ``None`` (the default) is only right for a backend without ``media_kinds``."""
         return None
 
     @pytest.fixture

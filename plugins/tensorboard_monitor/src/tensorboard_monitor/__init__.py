@@ -7,6 +7,7 @@ TensorBoard's own ``EventFileWriter`` and ``Summary.Value(simple_value=...)`` pr
 TensorFlow, torch or tensorboardX is needed.
 
 Modules: ``backend`` (the hooks), ``reader`` (read-back with TensorBoard's own readers),
+``media`` (images, histograms and text: encoding and read-back),
 ``storage`` (folder layout, HParams values), ``_compat`` (the TensorBoard modules used, and
 their check). Importing this package does not import TensorBoard (~0.2 s); the backend's
 constructor does.
@@ -15,7 +16,7 @@ constructor does.
 from __future__ import annotations
 
 from .backend import TensorBoardMonitor
-from .reader import read_config, read_rows
+from .reader import read_config, read_media, read_rows
 from .storage import DEFAULT_LOG_DIR, hparam_value, run_dir
 
 __all__ = [
@@ -23,6 +24,7 @@ __all__ = [
     "TensorBoardMonitor",
     "hparam_value",
     "read_config",
+    "read_media",
     "read_rows",
     "run_dir",
 ]

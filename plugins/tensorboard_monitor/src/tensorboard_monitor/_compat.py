@@ -48,8 +48,10 @@ def sdk() -> SimpleNamespace:
 
     Returns:
         A namespace with ``Event`` (``event_pb2.Event``), ``EventFileWriter``,
-        ``hparams_pb`` (``summary_v2.hparams_pb``), ``EventAccumulator`` and
-        ``hparams_metadata`` (the HParams plugin's ``metadata`` module).
+        ``hparams_pb`` (``summary_v2.hparams_pb``), ``EventAccumulator``,
+        ``hparams_metadata`` (the HParams plugin's ``metadata`` module), ``Summary`` and
+        ``HistogramProto`` (``summary_pb2``), ``text_pb`` (the Text plugin's
+        ``summary_v2.text_pb``) and ``text_plugin`` (its plugin name).
 
     Raises:
         ImportError: TensorBoard is not installed.
@@ -60,8 +62,10 @@ def sdk() -> SimpleNamespace:
         return _sdk
     import tensorboard
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-    from tensorboard.compat.proto import event_pb2
+    from tensorboard.compat.proto import event_pb2, summary_pb2
     from tensorboard.plugins.hparams import metadata, summary_v2
+    from tensorboard.plugins.text import metadata as text_metadata
+    from tensorboard.plugins.text import summary_v2 as text_summary
     from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
     problems = []
@@ -77,6 +81,10 @@ def sdk() -> SimpleNamespace:
     for name in ("PLUGIN_NAME", "SESSION_START_INFO_TAG", "parse_session_start_info_plugin_data"):
         if not hasattr(metadata, name):
             problems.append(f"no tensorboard.plugins.hparams.metadata.{name}")
+    if not callable(getattr(text_summary, "text_pb", None)):
+        problems.append("no tensorboard.plugins.text.summary_v2.text_pb")
+    problems += [f"no Summary.{f}" for f in ("Image", "Value")
+                 if not hasattr(summary_pb2.Summary, f)]
     if problems:
         try:
             version = importlib.metadata.version(DISTRIBUTION)
@@ -91,5 +99,7 @@ def sdk() -> SimpleNamespace:
     _sdk = SimpleNamespace(
         Event=event_pb2.Event, EventFileWriter=EventFileWriter, hparams_pb=summary_v2.hparams_pb,
         EventAccumulator=EventAccumulator, hparams_metadata=metadata,
+        Summary=summary_pb2.Summary, HistogramProto=summary_pb2.HistogramProto,
+        text_pb=text_summary.text_pb, text_plugin=text_metadata.PLUGIN_NAME,
     )
     return _sdk

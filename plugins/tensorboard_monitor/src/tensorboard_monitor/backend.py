@@ -10,8 +10,9 @@ from typing import Any
 
 from core_monitor import ConfigError, Event, RunInfo, hookimpl
 from core_monitor.events import rows_by_step
+from core_monitor.media import MediaItem
 
-from . import _compat
+from . import _compat, media
 from .storage import hparam_value, run_dir
 
 
@@ -21,6 +22,9 @@ class TensorBoardMonitor:
     Constructed by the core as ``TensorBoardMonitor(run, **options)``; users select it as
     ``Monitor(["tensorboard"], ..., tensorboard={"flush_secs": 30})``. TensorBoard is imported
     here, in the constructor, never when ``tensorboard_monitor`` is imported.
+
+    Media (``monitor_write_media``): images, histograms and text as TensorBoard's Images,
+    Histograms and Text dashboards read them (``tensorboard_monitor.media``).
 
     Storage: one ``Event`` protobuf per step row of a ``log`` call (all scalars of that row as
     ``Summary.Value(tag=..., simple_value=...)``), ``Event.step`` = the caller's step exactly
@@ -60,6 +64,8 @@ class TensorBoardMonitor:
     value_dtype = "float32"
     #: ``monitor_config`` merges late config into the run's HParams (see above).
     stores_config = True
+    #: ``monitor_write_media`` stores images, histograms and text (see ``media``).
+    media_kinds = media.MEDIA_KINDS
 
     @classmethod
     def check_sdk(cls) -> None:
@@ -129,6 +135,15 @@ class TensorBoardMonitor:
             for tag, value in row.items():
                 add_value(tag=tag, simple_value=value)
             add_event(event)
+
+    @hookimpl
+    def monitor_write_media(self, items: Sequence[MediaItem]) -> None:
+        """One ``Event`` per image, histogram or text, at its step (see ``media``).
+
+        Raises:
+            OSError: as ``monitor_write``.
+        """
+        media.write_media(self._add_event, items)
 
     @hookimpl
     def monitor_config(self, config: Mapping[str, Any]) -> None:

@@ -1,4 +1,7 @@
-"""Read a run back from its event files with TensorBoard's own readers (tests, notebooks)."""
+"""Read a run back from its event files with TensorBoard's own readers (tests, notebooks).
+
+``read_media`` (images, histograms, text) is defined in ``media``, beside their encoding.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +10,10 @@ from typing import Any
 from core_monitor import RunInfo
 
 from . import _compat
+from .media import read_media
 from .storage import run_dir
+
+__all__ = ["read_config", "read_media", "read_rows"]
 
 
 def read_rows(run: RunInfo) -> list[tuple[str, int, float]]:

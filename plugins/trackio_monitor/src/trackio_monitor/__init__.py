@@ -15,9 +15,10 @@ batch (as ``trackio.log`` does), so Trackio applies its own rules: it renames th
 never made Trackio's "current run": a script's own ``trackio.init()``/``trackio.log()`` calls
 are left alone. No network request is made unless ``space_id`` or ``server_url`` is given.
 
-Modules: ``backend`` (the hooks), ``reader`` (read-back), ``folder`` (Trackio's one folder per
-process), ``_compat`` (every Trackio internal the plugin uses, and its version check). Importing
-this package does not import Trackio; the backend's constructor does.
+Modules: ``backend`` (the hooks), ``reader`` (read-back), ``media`` (images, histograms and
+text: writing and read-back), ``folder`` (Trackio's one folder per process), ``_compat`` (every
+Trackio internal the plugin uses, and its version check). Importing this package does not
+import Trackio; the backend's constructor does.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from __future__ import annotations
 from ._compat import RESERVED_TAGS
 from .backend import TrackioMonitor
 from .folder import trackio_dir
-from .reader import RENAME_PREFIX, original_tag, read_config, read_rows
+from .reader import RENAME_PREFIX, original_tag, read_config, read_media, read_rows
 
 __all__ = [
     "RENAME_PREFIX",
@@ -33,6 +34,7 @@ __all__ = [
     "TrackioMonitor",
     "original_tag",
     "read_config",
+    "read_media",
     "read_rows",
     "trackio_dir",
 ]

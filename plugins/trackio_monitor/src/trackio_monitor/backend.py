@@ -9,7 +9,7 @@ from typing import Any
 from core_monitor import ConfigError, Event, RunInfo, hookimpl
 from core_monitor.events import rows_by_step
 
-from . import _compat, folder
+from . import _compat, folder, media
 from ._compat import RESERVED_TAGS
 from .reader import CONFIG_PREFIX, RENAME_PREFIX, stored_name
 
@@ -59,6 +59,8 @@ class TrackioMonitor:
     value_dtype = "float64"
     #: ``monitor_config`` merges late config into Trackio's run config.
     stores_config = True
+    #: ``monitor_write_media`` stores each kind as Trackio's own media type (see ``media``).
+    media_kinds = media.MEDIA_KINDS
     #: Tags Trackio renames to ``"__" + tag`` (plus any tag starting with ``"__"``).
     renamed_tags = RESERVED_TAGS
 
@@ -150,6 +152,11 @@ class TrackioMonitor:
             self._log(row, step=step)
 
     @hookimpl
+    def monitor_write_media(self, items: Sequence[media.MediaItem]) -> None:
+        """Trackio's ``Image``/``Histogram``/``Markdown``, one ``Run.log`` per step."""
+        media.write_media(self._run, items)
+
+    @hookimpl
     def monitor_config(self, config: Mapping[str, Any]) -> None:
         """Merge ``config`` into the run's Trackio config (the dashboard's run config).
 
@@ -189,10 +196,9 @@ def _check_options(group: Any, resume: Any, space_id: Any, server_url: Any, priv
                    auto_log_gpu: Any, auto_log_cpu: Any, quiet: Any) -> None:
     _check_str("group", group, "a group name such as 'sweep-1'")
     if resume not in _RESUME:
-        raise ConfigError(
-            f"trackio: resume={resume!r} is not one of {', '.join(map(repr, _RESUME))}; "
-            "use resume='allow' to continue a run of the same name if it exists"
-        )
+        raise ConfigError(f"trackio: resume={resume!r} is not one of "
+                          f"{', '.join(map(repr, _RESUME))}; use resume='allow' to continue a "
+                          "run of the same name if it exists")
     _check_str("space_id", space_id, "a Space id such as 'user/my-space'")
     _check_str("server_url", server_url, "a URL such as 'https://host:7860/?write_token=...'")
     if server_url is not None and not server_url.startswith(("http://", "https://")):
@@ -217,10 +223,8 @@ def _trackio_config(config: Mapping[str, Any]) -> dict[str, Any]:
             for key, value in config.items()}
 
 
-def _start_local(
-    project: str, name: str, config: dict[str, Any], *, group: str | None, resume: str,
-    auto_log_gpu: bool | None, auto_log_cpu: bool | None,
-) -> Any:
+def _start_local(project: str, name: str, config: dict[str, Any], *, group: str | None,
+                 resume: str, auto_log_gpu: bool | None, auto_log_cpu: bool | None) -> Any:
     """Start a local run the way ``trackio.init`` does, without touching Trackio's globals."""
     from trackio.apple_gpu import apple_gpu_available
     from trackio.cpu import cpu_available

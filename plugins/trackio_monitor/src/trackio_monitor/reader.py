@@ -2,7 +2,7 @@
 
 SQL on Trackio's tables ``metrics`` and ``configs`` with Trackio's JSON value encoding (decoded
 with ``trackio.utils.deserialize_values``), so it works while the run is open and whatever folder
-Trackio currently points at.
+Trackio currently points at. ``read_media`` (images, histograms, text) is defined in ``media``.
 """
 
 from __future__ import annotations
@@ -17,6 +17,10 @@ from typing import Any
 from core_monitor import RunInfo
 
 from .folder import trackio_dir
+from .media import read_media
+
+__all__ = ["CONFIG_PREFIX", "RENAME_PREFIX", "original_tag", "read_config", "read_media",
+           "read_rows", "stored_name"]
 
 #: What Trackio puts in front of a reserved tag. Renaming is one-to-one (``"__x"`` becomes
 #: ``"____x"``), so every stored key starting with it is a renamed tag.

@@ -12,6 +12,7 @@ Layout: wandb's own, ``<log_dir>/wandb/offline-run-<YYYYmmdd_HHMMSS>-<id>/run-<i
 ``log_dir=None`` leaves the folder to wandb (``WANDB_DIR``, else the current directory).
 
 Modules: ``backend`` (the hooks), ``reader`` (read-back from the ``.wandb`` transaction log),
+``media`` (images, histograms and text: writing and read-back),
 ``service`` (the wandb-core process's lifecycle), ``_compat`` (every wandb internal the plugin
 uses, the ``.wandb`` format decoder, and their check). Importing this package does not import
 wandb; the backend's constructor does.
@@ -21,7 +22,14 @@ from __future__ import annotations
 
 from ._compat import read_records
 from .backend import WandbMonitor
-from .reader import DEFAULT_STEP_METRIC, ESCAPE, find_run_dirs, read_config, read_rows
+from .reader import (
+    DEFAULT_STEP_METRIC,
+    ESCAPE,
+    find_run_dirs,
+    read_config,
+    read_media,
+    read_rows,
+)
 from .service import FINISH_TIMEOUT
 
 __all__ = [
@@ -31,6 +39,7 @@ __all__ = [
     "WandbMonitor",
     "find_run_dirs",
     "read_config",
+    "read_media",
     "read_records",
     "read_rows",
 ]

@@ -10,7 +10,7 @@ from typing import Any
 from core_monitor import ConfigError, Event, RunInfo, hookimpl
 from core_monitor.events import rows_by_step
 
-from . import _compat, service
+from . import _compat, media, service
 from .reader import DEFAULT_STEP_METRIC, ESCAPE, stored_name
 
 _ESCAPED_FIRST = "_" + ESCAPE  # first characters of the names that get the ESCAPE prefix
@@ -71,6 +71,8 @@ class WandbMonitor:
     value_dtype = "float64"
     #: ``monitor_config`` merges late config into ``run.config``.
     stores_config = True
+    #: ``monitor_write_media`` stores images, histograms and text (see ``media``).
+    media_kinds = media.MEDIA_KINDS
 
     @classmethod
     def check_sdk(cls) -> None:
@@ -153,6 +155,12 @@ class WandbMonitor:
             log(data)
 
     @hookimpl
+    def monitor_write_media(self, items: Sequence[media.MediaItem]) -> None:
+        """Images, histograms and text as wandb media, one history row per step (``media``)."""
+        step_metric = self.step_metric
+        media.write_media(self._log, step_metric, lambda t: _escape(t, step_metric), items)
+
+    @hookimpl
     def monitor_flush(self) -> None:
         """Do nothing: wandb has no public flush; rows are on disk after ``monitor_close``."""
 
@@ -202,15 +210,9 @@ def _settings(settings: Mapping[str, Any] | None) -> Any:
         return wandb.Settings(**settings)
     except Exception as error:
         # Field names and pydantic's messages only: a value may be a credential.
-        problems = getattr(error, "errors", None)
-        detail = (
-            "; ".join(
-                f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg', '')}"
-                for e in problems()
-            )
-            if callable(problems)
-            else type(error).__name__
-        )
+        problems = error.errors() if callable(getattr(error, "errors", None)) else None
+        detail = type(error).__name__ if problems is None else "; ".join(
+            f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg', '')}" for e in problems)
         raise ConfigError(
             f"wandb: option settings has invalid wandb.Settings fields ({detail}); see "
             "https://docs.wandb.ai/models/ref/python/settings"

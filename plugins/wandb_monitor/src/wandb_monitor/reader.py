@@ -8,12 +8,17 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from core_monitor import RunInfo
 
 from ._compat import read_records
+from .media import read_media
+
+__all__ = ["DEFAULT_STEP_METRIC", "ESCAPE", "find_run_dirs", "history", "read_config",
+           "read_media", "read_rows", "stored_name"]
 
 #: Name of the metric that holds the caller's step in every row (the charts' x-axis).
 DEFAULT_STEP_METRIC = "global_step"
@@ -86,34 +91,46 @@ def read_rows(run: RunInfo) -> list[tuple[str, int, float]]:
     Raises:
         ValueError: the run's file is not a readable transaction log (see ``read_records``).
     """
+    rows: list[tuple[str, int, float]] = []
+    for step, points, _ in history(run):
+        for tag, value_json in points:
+            value = _as_float(value_json) if isinstance(value_json, str) else None
+            if value is not None:
+                rows.append((tag, step, value))
+    return rows
+
+
+def history(run: RunInfo) -> Iterator[tuple[int, list[tuple[str, str | dict[str, Any]]], Path]]:
+    """Yield ``(step, points, run folder)`` per history row of the run's ``.wandb`` log that
+    holds the step metric. ``points``: ``[(tag, value), ...]``, tags as logged (``ESCAPE``
+    removed, wandb's own ``_`` keys left out); ``value`` is wandb's JSON text, or for a media
+    value (which wandb stores as nested keys ``tag.path``, ``tag._type``, ...) a dict of its
+    decoded fields. Nothing when there is no such run."""
     folder = _latest(run)
     if folder is None:
-        return []
+        return
     records = list(read_records(folder))
     step_metric = next((r.metric.step_metric for r in records if r.HasField("metric")
                         and r.metric.glob_name == "*" and r.metric.step_metric),
                        DEFAULT_STEP_METRIC)
-    rows: list[tuple[str, int, float]] = []
     for record in records:
         if not record.HasField("history"):
             continue
         step = None
-        points = []
+        points: dict[str, Any] = {}
         for item in record.history.item:
-            key = item.key or ".".join(item.nested_key)
-            if key == step_metric:
+            path = [item.key] if item.key else list(item.nested_key)
+            if path == [step_metric]:
                 step = _as_step(item.value_json)
-            elif key.startswith(ESCAPE):
-                points.append((key[len(ESCAPE) :], item.value_json))
-            elif not key.startswith("_"):
-                points.append((key, item.value_json))
-        if step is None:
-            continue
-        for tag, value_json in points:
-            value = _as_float(value_json)
-            if value is not None:
-                rows.append((tag, step, value))
-    return rows
+            elif len(path) == 1:
+                points[path[0]] = item.value_json
+            else:  # one field of a media value
+                fields = points.setdefault(path[0], {})
+                fields[".".join(path[1:])] = json.loads(item.value_json)
+        if step is not None:
+            yield step, [(key[len(ESCAPE):] if key.startswith(ESCAPE) else key, value)
+                         for key, value in points.items()
+                         if key.startswith(ESCAPE) or not key.startswith("_")], folder
 
 
 def read_config(run: RunInfo) -> dict[str, Any]:
@@ -164,13 +181,13 @@ def _as_step(value_json: str) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+_NON_FINITE = ("NaN", "Infinity", "-Infinity")
+
+
 def _as_float(value_json: str) -> float | None:
     # parse_int=float keeps "-0" negative; NaN/Infinity/-Infinity are bare JSON tokens here,
     # and quoted strings in wandb's JSON exports: accept both.
     value = json.loads(value_json, parse_int=float)
-    if isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            return None
+    if isinstance(value, str):  # only those tokens: any other str is a Text value
+        return float(value) if value in _NON_FINITE else None
     return value if isinstance(value, float) else None

@@ -1,0 +1,54 @@
+"""Real frameworks on CPU (``nox -s frameworks``): torch, DeepSpeed, accelerate, Lightning, the
+Hugging Face Trainer, and ``torchrun --nproc_per_node 2`` with gloo.
+
+Scripts under ``scripts/`` run in fresh interpreters (DeepSpeed and torchrun need their own
+processes); they write what the framework itself reports (steps, values) as JSON next to the
+logs, and the tests read every backend's own storage back (``readback.py``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).parent
+
+# The frameworks' own warnings (deprecations, "few dataloader workers", ...) are theirs, not
+# failures of this project; warnings of core_monitor stay errors.
+FRAMEWORK_WARNINGS = [
+    "ignore::DeprecationWarning",
+    "ignore::PendingDeprecationWarning",
+    "ignore::FutureWarning",
+    "ignore::UserWarning:lightning.*",
+    "ignore::UserWarning:pytorch_lightning.*",
+    "ignore::UserWarning:torch.*",
+    "ignore::UserWarning:transformers.*",
+    "ignore::UserWarning:accelerate.*",
+    "ignore::ResourceWarning",
+]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if HERE in Path(item.fspath).parents:
+            for spec in FRAMEWORK_WARNINGS:
+                item.add_marker(pytest.mark.filterwarnings(spec))
+
+
+@pytest.fixture(autouse=True)
+def close_open_monitors():
+    """Close what a failed test left open: an open Trackio run holds Trackio's one folder per
+    process, which would fail every later test in this process."""
+    yield
+    from core_monitor.monitor import close_all
+
+    close_all()
+
+
+@pytest.fixture
+def log_dir(tmp_path: Path) -> Path:
+    path = tmp_path / "logs"
+    path.mkdir()
+    return path
+

@@ -1,0 +1,86 @@
+"""``Monitor`` under ``torchrun --nproc_per_node 2`` (gloo): one scenario per run.
+
+    torchrun --nproc_per_node 2 dist_monitor.py <scenario> <log_dir> <out>
+
+Every rank writes ``<out>.rank<k>.json``: the scenario's result, the run it logged, and its
+``sys.modules`` after the scenario. Scenarios:
+
+* ``plain``: no process group; ``Monitor`` on every installed backend, log, close (rank 0
+  writes; rank 1 must import no SDK).
+* ``typo``: a misspelt option (``tensorboard={"flush_sec": 1}``) -> the error raised.
+* ``per_rank``: ``rank_zero_only=False``, each rank logs ``rank + step`` at steps 0..2.
+* ``reduce``: process group; rank 0 logs 1.0, rank 1 logs 3.0 at step 5 with ``mean`` (tag
+  ``m``) and ``max`` (tag ``x``), then once more with the same tags (the one-collective path).
+* ``mismatch``: process group; rank 0 logs ``{"a"}``, rank 1 ``{"b"}`` with ``reduce="mean"``
+  -> the error raised; then both log ``{"c"}`` (the ranks recover in step).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+BACKENDS = ["trackio", "tensorboard", "wandb"]
+
+
+def main() -> None:
+    scenario, log_dir, out = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
+    rank = int(os.environ["RANK"])
+    result: dict = {}
+    if scenario in ("reduce", "mismatch"):
+        import torch.distributed as dist
+
+        dist.init_process_group("gloo", timeout=timedelta(seconds=60))
+
+    from core_monitor import Monitor
+
+    if scenario == "plain":
+        with Monitor(BACKENDS, project="dist", name="plain", log_dir=log_dir) as monitor:
+            monitor.log({"loss": 0.5}, step=3)
+            result["backends"] = monitor.backends
+    elif scenario == "typo":
+        try:
+            Monitor(BACKENDS, project="dist", name="typo", log_dir=log_dir,
+                    tensorboard={"flush_sec": 1})
+        except Exception as error:  # what each rank raised, compared by the test
+            result["error"] = [type(error).__name__, str(error)]
+        monitor = None
+    elif scenario == "per_rank":
+        with Monitor(BACKENDS, project="dist", name="ranks", log_dir=log_dir,
+                     rank_zero_only=False) as monitor:
+            for step in range(3):
+                monitor.log({"value": float(rank + step)}, step=step)
+            result["backends"] = monitor.backends
+    elif scenario == "reduce":
+        with Monitor(BACKENDS, project="dist", name="reduce", log_dir=log_dir) as monitor:
+            mine = 1.0 if rank == 0 else 3.0
+            monitor.log({"m": mine}, step=5, reduce="mean")
+            monitor.log({"x": mine}, step=5, reduce="max")
+            monitor.log({"x": mine + 1}, step=6, reduce="max")  # agreed tags: one collective
+            monitor.log({"s": mine, "n": {"min": mine}}, step=7, reduce="sum")
+            result["backends"] = monitor.backends
+    elif scenario == "mismatch":
+        from core_monitor.distributed import TagMismatchError
+
+        with Monitor(BACKENDS, project="dist", name="mismatch", log_dir=log_dir) as monitor:
+            monitor.log({"c": 1.0}, step=0, reduce="mean")  # agreed: {"c"}
+            try:
+                monitor.log({"a" if rank == 0 else "b": 1.0}, step=1, reduce="mean")
+            except TagMismatchError as error:
+                result["error"] = [type(error).__name__, str(error)]
+            monitor.log({"c": 2.0 + rank}, step=2, reduce="mean")  # everyone goes on in step
+    else:
+        raise SystemExit(f"unknown scenario {scenario}")
+    if monitor is not None:
+        run = monitor.run
+        result["run"] = {"project": run.project, "name": run.name, "rank": run.rank,
+                         "world_size": run.world_size, "log_dir": str(run.log_dir)}
+    result["modules"] = sorted(sys.modules)
+    Path(f"{out}.rank{rank}.json").write_text(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

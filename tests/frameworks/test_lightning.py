@@ -1,0 +1,89 @@
+"""Lightning: a real 2-epoch fit on CPU; Lightning's own CSVLogger is the oracle."""
+
+from __future__ import annotations
+
+import csv
+import sys
+from argparse import Namespace
+from pathlib import Path
+
+import pytest
+import readback
+from _run import SCRIPTS, load, run_script
+
+sys.path.insert(0, str(SCRIPTS))
+from lightning_fit import BACKENDS, fit
+
+from core_monitor.integrations.lightning import MonitorLogger
+
+
+def csv_rows(path: Path) -> list[tuple[str, int, float]]:
+    """``metrics.csv`` as ``(tag, step, value)``: every filled cell except the step column."""
+    with path.open(newline="") as file:
+        return [(tag, int(row["step"]), float(value))
+                for row in csv.DictReader(file) for tag, value in row.items()
+                if tag != "step" and value != ""]
+
+
+def test_every_backend_holds_exactly_the_steps_and_values_of_metrics_csv(log_dir):
+    monitor_logger, csv_logger, trainer = fit(log_dir)
+    oracle = csv_rows(Path(csv_logger.log_dir) / "metrics.csv")
+    tags = {tag for tag, _, _ in oracle}
+    assert {"train_loss", "val_loss", "epoch"} <= tags
+    assert len([r for r in oracle if r[0] == "train_loss"]) == 12  # 6 batches x 2 epochs
+    assert max(step for _, step, _ in oracle) == trainer.global_step - 1
+    monitor = monitor_logger.monitor
+    assert monitor.closed  # finalize() at the end of fit closed the run
+    for backend in BACKENDS:
+        assert readback.runs(backend, monitor.run) == 1, backend
+        readback.assert_rows(backend, monitor.run, oracle)
+
+
+def test_hyperparameters_reach_every_backend(log_dir):
+    monitor_logger, csv_logger, _ = fit(log_dir, name="hp")
+    expected = {"lr": 0.05, "hidden": 8, "optimizer.name": "sgd", "optimizer.momentum": 0.0}
+    assert {k: monitor_logger.monitor.run.config[k] for k in expected} == expected
+    hparams = (Path(csv_logger.log_dir) / "hparams.yaml").read_text()
+    assert "lr: 0.05" in hparams and "hidden: 8" in hparams  # Lightning's own record agrees
+    for backend in BACKENDS:
+        readback.assert_config(backend, monitor_logger.monitor.run, expected)
+
+
+def test_name_version_and_namespace_hyperparameters(log_dir):
+    logger = MonitorLogger(["tensorboard"], project="lit", name="ns", log_dir=log_dir)
+    assert (logger.name, logger.version, logger.monitor) == ("lit", "ns", None)
+    logger.log_hyperparams(Namespace(lr=0.1, layers=[4, 4]))
+    logger.log_metrics({"loss": 0.5, "epoch": 0}, step=7)
+    logger.finalize("success")
+    assert dict(logger.monitor.run.config) == {"lr": 0.1, "layers": [4, 4]}
+    readback.assert_rows("tensorboard", logger.monitor.run, [("loss", 7, 0.5), ("epoch", 7, 0.0)])
+
+
+def test_logging_after_finalize_starts_a_second_run_with_a_warning(log_dir):
+    logger = MonitorLogger(["tensorboard"], project="lit", name="twice", log_dir=log_dir)
+    logger.log_metrics({"loss": 1.0}, step=0)
+    logger.finalize("success")
+    first = logger.monitor.run
+    with pytest.warns(UserWarning, match="new run 'twice-2'"):
+        logger.log_metrics({"loss": 2.0}, step=0)
+    logger.finalize("success")
+    assert logger.version == "twice-2"
+    readback.assert_rows("tensorboard", first, [("loss", 0, 1.0)])
+    readback.assert_rows("tensorboard", logger.monitor.run, [("loss", 0, 2.0)])
+
+
+def test_ddp_under_torchrun_writes_one_run_per_backend_from_rank_0(log_dir, tmp_path):
+    out = tmp_path / "out.json"
+    run_script("lightning_fit.py", log_dir, out, nproc=2)
+    result = load(out)
+    ranks = [load(Path(f"{out}.rank{k}.json")) for k in (0, 1)]
+    assert [(r["rank"], r["world_size"]) for r in ranks] == [(0, 2), (1, 2)]
+    assert ranks[0]["backends"] == BACKENDS and ranks[1]["backends"] == []
+    run = readback.RunInfo(project="lit", name="ddp", log_dir=Path(result["run"]["log_dir"]))
+    oracle = csv_rows(Path(result["csv"]))
+    assert len([r for r in oracle if r[0] == "train_loss"]) == 6  # 48 samples / 2 ranks / 8
+    for backend in BACKENDS:
+        assert readback.runs(backend, run) == 1, backend
+        assert readback.runs(backend, readback.RunInfo("lit", "ddp", log_dir=run.log_dir,
+                                                       rank=1)) == 0
+        readback.assert_rows(backend, run, oracle)
