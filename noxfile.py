@@ -1,10 +1,11 @@
 """Sessions that build the distributions into wheels, install them for real and run them.
 
-    nox -s tests      every test, against wheels installed into a fresh venv (the CI command)
+    nox               the default sessions lint, tests, frameworks, lowest (the CI command)
+    nox -s tests      core, plugin and integration tests, against wheels in a fresh venv
     nox -s demo       a real training loop logging to trackio, tensorboard, wandb (offline) and
                       mlflow (a local SQLite store)
     nox -s lint       ruff
-    nox -s bench      benchmarks B1-B6 (prints ratios, writes benchmarks/results/)
+    nox -s bench      benchmarks (prints ratios, writes benchmarks/results/)
     nox -s "plugin(name='trackio')"   one plugin's wheel next to the core, its tests and the kit
     nox -s lowest     each plugin's tests against the lowest SDK version it declares
     nox -s frameworks real DeepSpeed, accelerate, Lightning and HF Trainer runs on CPU, and
@@ -41,7 +42,7 @@ FIXTURES = sorted(p for p in (ROOT / "tests" / "fixtures").iterdir() if p.is_dir
 TEST_DEPS = ["pytest>=8", "pytest-timeout", "numpy", "uv"]
 
 nox.options.default_venv_backend = "uv|virtualenv"
-nox.options.sessions = ["lint", "tests", "frameworks"]
+nox.options.sessions = ["lint", "tests", "frameworks", "lowest"]  # `nox`: what CI runs
 nox.options.error_on_external_run = True
 
 
