@@ -41,7 +41,7 @@ def close_open_monitors():
     """Close what a failed test left open: an open Trackio run holds Trackio's one folder per
     process, which would fail every later test in this process."""
     yield
-    from core_monitor.monitor import close_all
+    from core_monitor.shutdown import close_all
 
     close_all()
 

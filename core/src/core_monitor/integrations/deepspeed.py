@@ -36,10 +36,9 @@ from typing import Any
 import deepspeed  # noqa: F401  (the integration's framework: imported with this module)
 from deepspeed.monitor.monitor import Monitor as _DeepSpeedMonitorBase
 
-from ..config import MONITOR_KEYS, load_monitor_config
-from ..discovery import installed_backends
 from ..errors import ConfigError
 from ..monitor import Monitor
+from ..settings import MONITOR_KEYWORDS, backend_sections, load_monitor_config
 
 __all__ = ["SECTION", "DeepSpeedMonitor", "attach", "monitor_from_ds_config"]
 
@@ -58,12 +57,10 @@ _DEFAULT_PROJECT = "deepspeed"
 
 
 def _enabled_sections(config: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    installed = set(installed_backends())
-    sections = {}
-    for key, value in config.items():
-        if key in installed and isinstance(value, Mapping) and value.get("enabled") is True:
-            sections[key] = {k: v for k, v in value.items() if k != "enabled"}
-    return sections
+    """The sections of installed backends with ``"enabled": true``, their options (the same
+    reading as ``Monitor.from_config``'s sections)."""
+    sections = backend_sections(config, origin="DeepSpeed config")
+    return {name: sections.options[name] for name in sections.enabled}
 
 
 def monitor_arguments(config: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -143,7 +140,7 @@ def monitor_from_ds_config(config: Mapping[str, Any] | str | os.PathLike[str],
         return None
     arguments.update(overrides)
     backends = arguments.pop("backends")
-    unknown = sorted(set(arguments) - set(MONITOR_KEYS) - set(backends))
+    unknown = sorted(set(arguments) - set(MONITOR_KEYWORDS) - set(backends))
     if unknown:
         raise ConfigError(f"DeepSpeed config: unknown monitor keys {unknown}")
     return Monitor(backends, **arguments)
