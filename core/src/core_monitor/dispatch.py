@@ -11,6 +11,10 @@ raises:
   and on the ``core_monitor`` logger, the later ones are only counted;
 * with ``strict``: the first exception is kept and re-raised once every backend got the call.
 
+In background mode (``core_monitor.worker``) a backend fails on its own thread: the failure is
+counted and logged there at once, and reported (the ``BackendWarning``, or the strict
+re-raise) on the caller's thread at its next ``log``, ``flush`` or ``close`` (``deliver``).
+
 Because the core calls the functions directly, a hook option that changes how pluggy would
 order or wrap the calls (``wrapper``, ``hookwrapper``, ``tryfirst``, ``trylast``) cannot be
 honoured: a backend declaring one is refused when it starts, like any backend that fails to
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import warnings
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -81,6 +86,8 @@ class Dispatcher:
         self.failures: dict[str, int] = {}
         self.backends: list[Backend] = []
         self._pending: BaseException | None = None
+        #: Failures of worker threads not yet reported on the caller's thread.
+        self.reports: deque[tuple[str, str, Exception]] = deque()
         self._told: set[tuple[str, str]] = set()  # (backend, optional hook) warned about
         #: (name, monitor_write function) per backend: ``write`` runs on every ``log()``.
         self._writers: list[tuple[str, Callable[..., Any]]] = []
@@ -177,6 +184,13 @@ class Dispatcher:
         if self._pending is not None:
             self.raise_pending()
 
+    def send(self, hook: str, kwargs: dict[str, Any]) -> None:
+        """``call(hook, **kwargs)``: the sync-mode counterpart of ``Workers.send``."""
+        if hook == "monitor_write":
+            self.write(kwargs["events"])
+        else:
+            self.call(hook, **kwargs)
+
     def call(self, hook: str, **kwargs: Any) -> None:
         """Call ``hook(**kwargs)`` on every backend implementing it, in start order; then
         raise a strict failure, if any."""
@@ -186,14 +200,20 @@ class Dispatcher:
                 self._guarded(backend.name, hook, function, kwargs)
         self.raise_pending()
 
-    def close(self) -> None:
+    def close(self, only: Sequence[str] | None = None) -> None:
         """Flush every backend, then close every backend, both in reverse start order.
 
+        Args:
+            only: the names of the backends to flush and close (``None``: all); in background
+                mode, those whose worker thread ended.
+
         Every backend is flushed and closed even when another one raises; a strict failure
-        is raised at the end.
+        (also one a worker kept) is raised at the end.
         """
+        self.deliver(raising=False)
+        backends = [b for b in self.backends if only is None or b.name in only]
         for hook in ("monitor_flush", "monitor_close"):
-            for backend in reversed(self.backends):
+            for backend in reversed(backends):
                 function = backend.hooks.get(hook)
                 if function is None:
                     continue
@@ -227,16 +247,66 @@ class Dispatcher:
                 self._pending = error
             return
         if count == 0:
-            message = (
-                f"backend {name!r} failed in {hook}: {type(error).__name__}: {error}. "
-                "The other backends carry on; further failures of this backend are counted in "
-                "Monitor.failures, not reported (strict=True raises instead)."
-            )
+            message = _message(name, hook, error)
             logger.error(message, exc_info=error)
             warnings.warn(message, BackendWarning, stacklevel=4)
+
+    def failed_in_worker(self, name: str, hook: str, error: Exception) -> None:
+        """``failed`` on a backend's worker thread: count now, log the first failure now, and
+        keep the report (warning or strict exception) for the caller's thread (``deliver``)."""
+        count = self.failures.get(name, 0)
+        self.failures[name] = count + 1  # only this backend's worker counts it meanwhile
+        if self.strict:
+            if self._pending is None:
+                if hasattr(error, "add_note"):  # Python >= 3.11
+                    error.add_note(f"(raised by backend {name!r} in {hook}, on its thread)")
+                self._pending = error
+                self.reports.append((name, hook, error))
+            return
+        if count == 0:
+            logger.error(_message(name, hook, error), exc_info=error)
+            self.reports.append((name, hook, error))
+
+    def deliver(self, *, raising: bool = True) -> None:
+        """On the caller's thread: warn about worker failures not reported yet, then raise a
+        strict failure (unless ``raising`` is false)."""
+        reports = self.reports
+        while reports:
+            name, hook, error = reports.popleft()
+            if not self.strict:
+                warnings.warn(_message(name, hook, error), BackendWarning, stacklevel=3)
+        if raising and self._pending is not None:
+            self.raise_pending()
+
+    def report_drop(self, name: str, capacity: int) -> None:
+        """Warn once that backend ``name``'s queue was full and items are being dropped."""
+        message = (
+            f"backend {name!r} is slower than the logging: its queue is full ({capacity} "
+            "items) and on_full='drop' drops the newest calls for it; Monitor.dropped counts "
+            "them (the other backends still get every call). Raise queue_size, log less "
+            "often, or use on_full='block'."
+        )
+        logger.warning(message)
+        warnings.warn(message, BackendWarning, stacklevel=5)
+
+    def report_lost(self, counts: Mapping[str, int], why: str) -> None:
+        """Report, per backend, calls that never reached it: a ``BackendWarning`` (pointing at
+        the caller of ``Monitor.close``) and an error on the ``core_monitor`` logger."""
+        for name, lost in counts.items():
+            message = f"backend {name!r}: {lost} call(s) were not delivered: {why}"
+            logger.error(message)
+            warnings.warn(message, BackendWarning, stacklevel=3)
 
     def raise_pending(self) -> None:
         """Raise (once) the exception a backend raised under ``strict``, if any."""
         error, self._pending = self._pending, None
         if error is not None:
             raise error
+
+
+def _message(name: str, hook: str, error: BaseException) -> str:
+    return (
+        f"backend {name!r} failed in {hook}: {type(error).__name__}: {error}. "
+        "The other backends carry on; further failures of this backend are counted in "
+        "Monitor.failures, not reported (strict=True raises instead)."
+    )

@@ -76,3 +76,24 @@ class BackendLoadError(ImportError):
 class BackendWarning(RuntimeWarning):
     """A backend raised in a hook and the others carried on. Issued once per backend and monitor;
     every failure is counted in ``Monitor.failures``."""
+
+
+class FlushTimeout(TimeoutError):
+    """``Monitor.flush(timeout=...)`` ran out of time before every backend had written and
+    flushed what was logged before the call.
+
+    Attributes:
+        pending: backend name -> hook calls (``log()`` batches, config updates) still queued
+            or in progress for it when the time ran out; backends that finished are absent.
+        timeout: the limit, in seconds.
+    """
+
+    def __init__(self, pending: dict[str, int], timeout: float | None) -> None:
+        self.pending = pending
+        self.timeout = timeout
+        counts = ", ".join(f"{name!r}: {count}" for name, count in pending.items())
+        super().__init__(
+            f"flush(timeout={timeout}) ran out of time; calls not yet written per backend: "
+            f"{counts}. They stay queued and are written as the backend catches up (close() "
+            "waits for them)."
+        )

@@ -28,7 +28,10 @@ else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
 #: ``Monitor`` keyword arguments besides ``backends``; any other keyword names a backend.
-MONITOR_KEYWORDS = ("project", "name", "config", "log_dir", "strict", "rank_zero_only")
+MONITOR_KEYWORDS = ("project", "name", "config", "log_dir", "strict", "rank_zero_only",
+                    "dispatch", "queue_size", "on_full")
+#: ``Monitor(dispatch=...)`` values: worker threads (default), or on the caller's thread.
+DISPATCH_MODES = ("background", "sync")
 #: Top-level keys of a settings file (or mapping), besides one section per selected backend.
 FILE_KEYS = ("backends", *MONITOR_KEYWORDS)
 
@@ -59,6 +62,24 @@ def check_keywords(
             raise ConfigError(f"{flag}={value!r} must be True or False (a bool, not "
                               f"{type(value).__name__})")
     return list(backends)
+
+
+def check_dispatch(dispatch: Any, queue_size: Any, on_full: Any) -> None:
+    """Check ``Monitor``'s ``dispatch``, ``queue_size`` and ``on_full`` arguments.
+
+    Raises:
+        ConfigError: ``dispatch`` not in ``DISPATCH_MODES``; ``queue_size`` not an ``int``
+            >= 1; ``on_full`` neither ``"block"`` nor ``"drop"``.
+    """
+    if dispatch not in DISPATCH_MODES:
+        raise ConfigError(f"dispatch={dispatch!r} must be 'background' (each backend written "
+                          "by its own thread) or 'sync' (on the caller's thread)")
+    if isinstance(queue_size, bool) or not isinstance(queue_size, int) or queue_size < 1:
+        raise ConfigError(f"queue_size={queue_size!r} must be an int >= 1 (log() calls each "
+                          "backend's queue holds), e.g. queue_size=10000")
+    if on_full not in ("block", "drop"):
+        raise ConfigError(f"on_full={on_full!r} must be 'block' (wait for room, lose nothing) "
+                          "or 'drop' (drop and count the newest call for that backend)")
 
 
 def check_unselected(

@@ -4,7 +4,16 @@ It holds "things that can be closed" (any object with a ``close()`` method), nev
 as such: ``Monitor`` registers itself when it starts and unregisters itself when it closes. At
 interpreter exit (``atexit``) and on SIGTERM every object still registered is closed, newest
 first, so rows a backend buffers are not lost when a script forgets ``close()`` or is
-terminated (e.g. by a scheduler's SIGTERM before SIGKILL).
+terminated (e.g. by a scheduler's SIGTERM before SIGKILL). Closing drains each backend's queue
+for at most ``EXIT_TIMEOUT`` seconds (what is left is reported, not lost silently).
+
+Only objects of this process are closed. A forked child (``os.fork``, ``multiprocessing``'s
+fork start method, DataLoader workers) inherits the parent's objects but none of its threads:
+right after the fork (``os.register_at_fork``) each registered object's
+``after_fork_in_child()`` makes it inert and the child's registry starts empty, so the child's
+``sys.exit``, atexit and SIGTERM never flush, close or finish the parent's runs, and the child
+exits at once. A child started with ``spawn`` or ``forkserver`` imports afresh: a ``Monitor``
+it creates is an ordinary new run.
 """
 
 from __future__ import annotations
@@ -19,10 +28,18 @@ from typing import Any, Protocol
 logger = logging.getLogger("core_monitor")
 
 
-class Closeable(Protocol):
-    """What the registry holds: an object whose ``close()`` may be called once more."""
+#: Seconds each backend gets to write its queued calls when closing at exit or on SIGTERM
+#: (``Monitor.close(timeout=...)``); schedulers usually wait 30 s or more before SIGKILL.
+EXIT_TIMEOUT = 20.0
 
-    def close(self) -> None: ...
+
+class Closeable(Protocol):
+    """What the registry holds: an object whose ``close(timeout)`` may be called once more and
+    that can be made inert in a forked child."""
+
+    def close(self, timeout: float | None = None) -> None: ...
+
+    def after_fork_in_child(self) -> None: ...
 
 
 #: Objects not yet closed, oldest first. Strong references: a monitor the user dropped without
@@ -51,16 +68,32 @@ def unregister(closeable: Closeable) -> None:
 
 
 def close_all() -> None:
-    """Close every registered object of this process, newest first. Called at exit.
+    """Close every registered object of this process, newest first, each backend draining
+    for at most ``EXIT_TIMEOUT`` seconds. Called at exit and on SIGTERM.
 
     An exception from one ``close()`` is logged (logger ``core_monitor``) and the others are
     still closed: at exit there is nobody left to raise to.
     """
     for closeable in reversed(list(_open.values())):
         try:
-            closeable.close()
+            closeable.close(timeout=EXIT_TIMEOUT)
         except Exception:
             logger.exception("closing %r at exit failed", closeable)
+
+
+def _after_fork_in_child() -> None:
+    """In a forked child: make every inherited object inert, then forget them all."""
+    inherited = list(_open.values())
+    _open.clear()
+    for closeable in inherited:
+        try:
+            closeable.after_fork_in_child()
+        except Exception:  # never let the child's start fail because of the parent's monitor
+            logger.exception("making %r inert in a forked child failed", closeable)
+
+
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _install_sigterm() -> None:
