@@ -9,13 +9,14 @@ order and calls that backend's hook. So:
 * calls into one backend never overlap (only its worker calls it) and come in the order logged;
 * a slow or hung backend holds up only its own queue: the caller waits only when that queue is
   full (``on_full="block"``), or the newest item is dropped and counted (``on_full="drop"``);
-* the queue is a ``collections.deque`` appended to in C: ``fan_out`` puts one item into every
-  queue with no Python bytecode in between, so neither a signal handler (``KeyboardInterrupt``,
-  SIGTERM) nor another thread can run between two queues: each item reaches all or none.
+* the queue is a ``queue.SimpleQueue`` (C, no Python-level lock): ``fan_out`` puts one item
+  into every queue with no Python bytecode in between, so neither a signal handler
+  (``KeyboardInterrupt``, SIGTERM) nor another thread runs between two queues: each item
+  reaches all or none, and an interrupt never leaves a lock held.
 
 A work item is ``(hook, kwargs)``: the worker calls ``hooks[hook](**kwargs)``, so any hook
 (``monitor_write`` with a ``Batch``, ``monitor_config``, one added later) rides the same path.
-``(FLUSH, threading.Event)`` makes the worker call ``monitor_flush`` then set the event;
+``(FLUSH, SimpleQueue)`` makes the worker call ``monitor_flush``, then put ``True`` there;
 ``(STOP, None)`` ends the thread. Failures go to the ``Dispatcher``'s policy.
 """
 
@@ -24,6 +25,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from queue import Empty, SimpleQueue
 from collections.abc import Sequence
 from itertools import repeat
 from typing import TYPE_CHECKING, Any
@@ -39,11 +41,8 @@ ON_FULL = ("block", "drop")
 #: Control items (the first element of a work item).
 FLUSH = "flush"
 STOP = "stop"
-#: Seconds a worker sleeps without work before looking at its queue again (a safety net: a
-#: put always wakes it).
-IDLE_WAIT = 1.0
 
-_append = deque.append
+_put = SimpleQueue.put
 _consume = deque(maxlen=0).extend  # runs an iterator to its end, in C
 
 
@@ -52,12 +51,13 @@ class Worker:
 
     Args:
         backend: the started backend it calls.
-        dispatcher: whose failure policy applies (``Dispatcher.failed``).
-        capacity: items the queue holds (>= 1); ``put`` blocks or drops beyond it.
+        dispatcher: whose failure policy applies (``Dispatcher.failed_in_worker``).
+        capacity: items the queue holds (>= 1); ``Workers.send`` blocks or drops beyond it.
 
     Attributes:
         name: the backend's name.
-        items: the queue (``collections.deque``), oldest first.
+        items: the queue, a ``queue.SimpleQueue`` (written in C: ``put`` takes no Python-level
+            lock, so an interrupt on the caller's thread can never leave one held).
         dropped: items dropped because the queue was full (``on_full="drop"``).
         busy: the item being processed, or ``None``.
     """
@@ -67,47 +67,44 @@ class Worker:
         self.name = backend.name
         self.dispatcher = dispatcher
         self.capacity = capacity
-        self.items: deque[tuple[str, Any]] = deque()
         self.dropped = 0
-        self.busy: tuple[str, Any] | None = None
-        self.sleeping = False
-        self._abandoned = False
-        self._waiting = 0  # callers waiting for room
-        self._wake = threading.Event()
-        self._room = threading.Condition(threading.Lock())
+        self._reset()
         self._thread = threading.Thread(
             target=self._run, name=f"core_monitor:{self.name}", daemon=True
         )
         self._thread.start()
 
-    # Caller's side -------------------------------------------------------------------------
+    def _reset(self) -> None:
+        self.items: SimpleQueue[tuple[str, Any]] = SimpleQueue()
+        self.busy: tuple[str, Any] | None = None
+        self._controls_put = 0  # control items queued (caller's side) ...
+        self._controls_taken = 0  # ... and taken (the thread's side)
+        self._abandoned = False
 
-    def wake(self) -> None:
-        """Wake the thread if it sleeps (called after every put)."""
-        if self.sleeping:
-            self._wake.set()
+    # Caller's side -------------------------------------------------------------------------
 
     def wait_for_room(self, deadline: float | None = None) -> bool:
         """Block until the queue holds fewer than ``capacity`` items; ``False`` at ``deadline``
-        (a ``time.monotonic()`` value) or when the thread died."""
-        with self._room:
-            self._waiting += 1
-            try:
-                while len(self.items) >= self.capacity:
-                    if not self._thread.is_alive():
-                        return False
-                    left = None if deadline is None else deadline - time.monotonic()
-                    if left is not None and left <= 0:
-                        return False
-                    self._room.wait(0.1 if left is None else min(left, 0.1))
-            finally:
-                self._waiting -= 1
+        (a ``time.monotonic()`` value) or when the thread died.
+
+        Polls (0.5 ms, doubling up to 10 ms): no lock is shared with the thread, so an
+        interrupt here leaves nothing held. The queue stays nearly full meanwhile, so the
+        thread never waits for the caller.
+        """
+        pause = 0.0005
+        while self.items.qsize() - self._controls_pending() >= self.capacity:
+            if not self._thread.is_alive():
+                return False
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+            time.sleep(pause)
+            pause = min(pause * 2, 0.01)
         return True
 
     def control(self, kind: str, payload: Any = None) -> None:
-        """Queue a control item (``FLUSH``/``STOP``) past the capacity and wake the thread."""
-        self.items.append((kind, payload))
-        self._wake.set()
+        """Queue a control item (``FLUSH``/``STOP``), past the capacity."""
+        self._controls_put += 1
+        self.items.put((kind, payload))
 
     def join(self, deadline: float | None) -> bool:
         """Wait for the thread to end; ``False`` if it still runs at ``deadline``."""
@@ -119,83 +116,70 @@ class Worker:
         """Whether the thread runs."""
         return self._thread.is_alive()
 
+    def _controls_pending(self) -> int:
+        return self._controls_put - self._controls_taken
+
     def pending(self) -> int:
         """Hook calls queued or in progress (control items not counted)."""
         busy = self.busy
-        queued = sum(1 for kind, _ in list(self.items) if kind not in (FLUSH, STOP))
-        return queued + (busy is not None and busy[0] not in (FLUSH, STOP))
+        queued = self.items.qsize() - self._controls_pending()
+        return max(0, queued) + (busy is not None and busy[0] not in (FLUSH, STOP))
 
     def abandon(self) -> None:
         """Give up on the thread (``close`` timed out): it drops what is still queued and ends
         after the call it is in, never calling the backend again."""
         self._abandoned = True
-        self._wake.set()
 
     def forget(self) -> None:
-        """In a forked child: the thread does not exist there; drop every queued item and
-        replace the locks (another thread of the parent may have held them at the fork)."""
-        self.items = deque()
-        self.busy = None
-        self.sleeping = False
-        self._waiting = 0
-        self._wake = threading.Event()
-        self._room = threading.Condition(threading.Lock())
+        """In a forked child: the thread does not exist there; drop every queued item."""
+        self._reset()
+        self._abandoned = True
 
     # The thread --------------------------------------------------------------------------
 
     def _run(self) -> None:
-        items = self.items
+        get = self.items.get
         hooks = self.backend.hooks
         failed = self.dispatcher.failed_in_worker
         name = self.name
         while True:
-            while items:
-                if self._abandoned:
-                    return
-                item = self.busy = items.popleft()
-                kind, payload = item
-                if self._waiting:
-                    with self._room:
-                        self._room.notify_all()
-                if kind is STOP:
-                    self.busy = None
-                    return
-                if kind is FLUSH:
-                    kind = "monitor_flush"
-                    function = hooks.get(kind)
+            item = self.busy = get()
+            if self._abandoned:
+                return
+            kind, payload = item
+            if kind is STOP:
+                self._controls_taken += 1
+                self.busy = None
+                return
+            if kind is FLUSH:
+                self._controls_taken += 1
+                kind = "monitor_flush"
+                function = hooks.get(kind)
+                try:
+                    if function is not None:
+                        function()
+                except Exception as error:
+                    failed(name, kind, error)
+                finally:
+                    payload.put(True)
+            else:
+                function = hooks.get(kind)
+                if function is not None:
                     try:
-                        if function is not None:
-                            function()
+                        function(**payload)
                     except Exception as error:
                         failed(name, kind, error)
-                    finally:
-                        payload.set()
-                else:
-                    function = hooks.get(kind)
-                    if function is not None:
-                        try:
-                            function(**payload)
-                        except Exception as error:
-                            failed(name, kind, error)
-                self.busy = None
-            self.sleeping = True
-            if not items:  # set sleeping first: a put after this check sees it and wakes us
-                self._wake.wait(IDLE_WAIT)
-            self.sleeping = False
-            self._wake.clear()
+            self.busy = None
 
 
 def fan_out(workers: Sequence[Worker], item: tuple[str, Any]) -> None:
-    """Append ``item`` to every worker's queue in one C-level pass, then wake the workers.
+    """Put ``item`` into every worker's queue in one C-level pass.
 
-    ``deque.extend`` drives ``map(deque.append, ...)`` without running Python bytecode, so no
-    signal handler and no other thread runs between two appends: the item is in every queue or
+    ``deque.extend`` drives ``map(SimpleQueue.put, ...)`` without running Python bytecode, so
+    no signal handler and no other thread runs between two puts: the item is in every queue or
     in none. Capacity is the caller's business (``Worker.wait_for_room``).
     """
-    _consume(map(_append, [w.items for w in workers], repeat(item)))
-    for worker in workers:
-        if worker.sleeping:
-            worker._wake.set()
+    _consume(map(_put, [w.items for w in workers], repeat(item)))
 
 
 class Workers:
@@ -222,6 +206,7 @@ class Workers:
         self.on_full = on_full
         self.workers = [Worker(b, dispatcher, capacity) for b in dispatcher.backends]
         self._queues = [worker.items for worker in self.workers]
+        self._qsize = SimpleQueue.qsize
         self.dropped: dict[str, int] = {}
         self.undelivered: dict[str, int] = {}
 
@@ -229,7 +214,7 @@ class Workers:
         """Queue ``hooks[hook](**kwargs)`` for every backend (all or none of them, see
         ``fan_out``); block or drop for a full queue as ``on_full`` says."""
         item = (hook, kwargs)
-        if max(map(len, self._queues), default=0) < self.capacity:
+        if max(map(self._qsize, self._queues), default=0) < self.capacity:
             fan_out(self.workers, item)
         else:
             fan_out(self._with_room(), item)
@@ -239,7 +224,7 @@ class Workers:
         (``"drop"``) for the full ones. A worker whose thread died gets nothing (counted)."""
         ready = []
         for worker in self.workers:
-            if len(worker.items) < self.capacity:
+            if worker.items.qsize() < self.capacity:
                 ready.append(worker)
             elif self.on_full == "block" and worker.wait_for_room():
                 ready.append(worker)
@@ -252,15 +237,17 @@ class Workers:
                     self.dispatcher.report_drop(worker.name, self.capacity)
         return ready
 
-    def queue_flush(self) -> list[tuple[Worker, threading.Event]]:
+    def queue_flush(self) -> list[tuple[Worker, SimpleQueue[bool]]]:
         """Queue a flush marker behind what every queue holds now; return (worker, done)."""
-        markers = [(worker, threading.Event()) for worker in self.workers]
+        markers: list[tuple[Worker, SimpleQueue[bool]]] = [
+            (worker, SimpleQueue()) for worker in self.workers
+        ]
         for worker, done in markers:
             worker.control(FLUSH, done)
         return markers
 
     @staticmethod
-    def wait_flushed(markers: list[tuple[Worker, threading.Event]],
+    def wait_flushed(markers: list[tuple[Worker, SimpleQueue[bool]]],
                      timeout: float | None) -> dict[str, int]:
         """Wait up to ``timeout`` seconds in all (``None``: no limit) for the markers.
 
@@ -271,12 +258,16 @@ class Workers:
         deadline = None if timeout is None else time.monotonic() + timeout
         late: dict[str, int] = {}
         for worker, done in markers:
-            while not done.is_set() and worker.alive:
+            flushed = False
+            while not flushed and worker.alive:
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     break
-                done.wait(0.5 if left is None else min(left, 0.5))
-            if not done.is_set():
+                try:
+                    flushed = done.get(timeout=0.5 if left is None else min(left, 0.5))
+                except Empty:
+                    pass
+            if not flushed and done.empty():
                 late[worker.name] = worker.pending() or 1
         return late
 
