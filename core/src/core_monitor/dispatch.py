@@ -200,6 +200,13 @@ class Dispatcher:
                 self._guarded(backend.name, hook, function, kwargs)
         self.raise_pending()
 
+    def flush_quietly(self) -> None:
+        """``monitor_flush`` on every backend under the policy, never raising (before a fork)."""
+        for backend in self.backends:
+            function = backend.hooks.get("monitor_flush")
+            if function is not None:
+                self._guarded(backend.name, "monitor_flush", function, {})
+
     def close(self, only: Sequence[str] | None = None) -> None:
         """Flush every backend, then close every backend, both in reverse start order.
 

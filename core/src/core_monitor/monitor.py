@@ -25,8 +25,10 @@ from .errors import ConfigError, FlushTimeout
 from .events import MAX_STEP, Batch, Event, check_step, check_tag, flatten, rows_by_step, to_float
 from .run import RunInfo, default_run_name, detect_rank
 from .settings import check_dispatch, check_keywords, check_unselected, load_monitor_config
-from .worker import DEFAULT_QUEUE_SIZE, Workers
+from .worker import DEFAULT_QUEUE_SIZE, Workers, in_worker
 
+#: Seconds ``before_fork`` waits for the backends to write what is queued.
+FORK_FLUSH_TIMEOUT = 10.0
 #: Tags a monitor remembers as valid (so a call of known tags skips the tag rules), at most.
 KNOWN_TAGS = 4096
 
@@ -275,7 +277,7 @@ class Monitor:
             if not isinstance(item, Sequence) or isinstance(item, str) or len(item) != 3:
                 raise TypeError(f"event {item!r:.80} is not a (tag, value, step) tuple")
             tag, value, step = item
-            check_tag(tag, " (event tag)")
+            check_tag(tag)
             checked.append((tag, to_float(tag, value), None if step is None else check_step(step)))
         with self._lock:
             if self._closed:
@@ -382,6 +384,21 @@ class Monitor:
                 self._dispatch.report_lost(self.dropped, "dropped, its queue was full "
                                            "(on_full='drop')")
         self._dispatch.close(finished)
+
+    def before_fork(self) -> None:
+        """Before this process forks (``core_monitor.shutdown`` calls it): hold the lock (no
+        call is half-queued or half-written) and have every backend write and flush what it
+        holds, within ``FORK_FLUSH_TIMEOUT`` seconds, so the child copies no buffered rows
+        that it could write a second time. ``after_fork_in_parent`` lets the lock go."""
+        self._lock.acquire()
+        if self._workers is None:
+            self._dispatch.flush_quietly()
+        elif not in_worker():  # a backend forking on its own thread cannot wait for itself
+            self._workers.wait_flushed(self._workers.queue_flush(), FORK_FLUSH_TIMEOUT)
+
+    def after_fork_in_parent(self) -> None:
+        """Let go of the lock ``before_fork`` took."""
+        self._lock.release()
 
     def after_fork_in_child(self) -> None:
         """Make this monitor inert in a forked child (``core_monitor.shutdown`` calls it).

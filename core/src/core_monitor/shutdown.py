@@ -8,8 +8,10 @@ terminated (e.g. by a scheduler's SIGTERM before SIGKILL). Closing drains each b
 for at most ``EXIT_TIMEOUT`` seconds (what is left is reported, not lost silently).
 
 Only objects of this process are closed. A forked child (``os.fork``, ``multiprocessing``'s
-fork start method, DataLoader workers) inherits the parent's objects but none of its threads:
-right after the fork (``os.register_at_fork``) each registered object's
+fork start method, DataLoader workers) inherits the parent's objects but none of its threads.
+Just before a fork (``os.register_at_fork``) each registered object's ``before_fork()`` holds
+its lock and has its backends write and flush what they hold (so no half-filled buffer is
+copied into the child; ``after_fork_in_parent()`` lets go); right after it, in the child,
 ``after_fork_in_child()`` makes it inert and the child's registry starts empty, so the child's
 ``sys.exit``, atexit and SIGTERM never flush, close or finish the parent's runs, and the child
 exits at once. A child started with ``spawn`` or ``forkserver`` imports afresh: a ``Monitor``
@@ -38,6 +40,10 @@ class Closeable(Protocol):
     that can be made inert in a forked child."""
 
     def close(self, timeout: float | None = None) -> None: ...
+
+    def before_fork(self) -> None: ...
+
+    def after_fork_in_parent(self) -> None: ...
 
     def after_fork_in_child(self) -> None: ...
 
@@ -81,6 +87,22 @@ def close_all() -> None:
             logger.exception("closing %r at exit failed", closeable)
 
 
+def _before_fork() -> None:
+    for closeable in list(_open.values()):
+        try:
+            closeable.before_fork()
+        except Exception:  # never make the fork fail
+            logger.exception("flushing %r before a fork failed", closeable)
+
+
+def _after_fork_in_parent() -> None:
+    for closeable in list(_open.values()):
+        try:
+            closeable.after_fork_in_parent()
+        except Exception:
+            logger.exception("resuming %r after a fork failed", closeable)
+
+
 def _after_fork_in_child() -> None:
     """In a forked child: make every inherited object inert, then forget them all."""
     inherited = list(_open.values())
@@ -93,7 +115,8 @@ def _after_fork_in_child() -> None:
 
 
 if hasattr(os, "register_at_fork"):  # POSIX
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent,
+                        after_in_child=_after_fork_in_child)
 
 
 def _install_sigterm() -> None:

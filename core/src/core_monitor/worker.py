@@ -42,6 +42,14 @@ ON_FULL = ("block", "drop")
 FLUSH = "flush"
 STOP = "stop"
 
+_thread_state = threading.local()
+
+
+def in_worker() -> bool:
+    """Whether the current thread is a backend's worker thread."""
+    return getattr(_thread_state, "worker", False)
+
+
 _put = SimpleQueue.put
 _consume = deque(maxlen=0).extend  # runs an iterator to its end, in C
 
@@ -138,6 +146,7 @@ class Worker:
     # The thread --------------------------------------------------------------------------
 
     def _run(self) -> None:
+        _thread_state.worker = True
         get = self.items.get
         hooks = self.backend.hooks
         failed = self.dispatcher.failed_in_worker
