@@ -1,4 +1,4 @@
-"""Run the benchmarks B1-B6, print a table, write JSON and a markdown summary.
+"""Run the benchmarks B1-B6 and P3/P7/sustained, print a table, write JSON and a markdown summary.
 
     python benchmarks/run.py [--quick] [--only B1,B3] [--backends trackio,tensorboard]
                              [--out benchmarks/results] [--keep] [--strict-targets]
@@ -41,6 +41,9 @@ JOBS: list[tuple[str, tuple[str, ...]]] = [
     *((f"B5-{b}{arm}", (b,)) for b in ("tensorboard", "trackio", "wandb")
       for arm in ("", "-direct")),
     ("B6", BACKENDS),
+    ("P3", BACKENDS),
+    ("P7", BACKENDS),
+    ("P-sustained", BACKENDS),
 ]
 JOB_TIMEOUT = 300
 PACKAGES = ("core-monitor", "trackio-monitor", "tensorboard-monitor", "wandb-monitor",
@@ -80,6 +83,11 @@ def worker(job: str, quick: bool, root: Path) -> dict[str, Any]:
         import b6_scale
 
         return b6_scale.run(quick, root)
+    if job.startswith("P"):
+        import p_dispatch
+
+        return {"P3": p_dispatch.run_p3, "P7": p_dispatch.run_p7,
+                "P-sustained": p_dispatch.run_sustained}[job](quick, root)
     if job == "profile":
         import profile_core
 

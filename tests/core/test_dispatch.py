@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from typing import ClassVar
 
 import pytest
 from jsonl_monitor import read_rows
@@ -23,7 +24,7 @@ class Slow:
 
     name = "slow"
     delay = 2.0
-    instances: list = []
+    instances: ClassVar[list] = []
 
     def __init__(self, run) -> None:
         self.steps: list[int] = []
@@ -39,7 +40,7 @@ class Gated:
     """Blocks in its first write until ``gate`` is set; ``entered`` tells it is blocked."""
 
     name = "gated"
-    instances: list = []
+    instances: ClassVar[list] = []
 
     def __init__(self, run) -> None:
         self.steps: list[int] = []
@@ -83,7 +84,7 @@ class Fast:
     """Keeps the steps it got; ``got(n, timeout)`` waits until it has ``n`` of them."""
 
     name = "fast"
-    instances: list = []
+    instances: ClassVar[list] = []
 
     def __init__(self, run) -> None:
         self.steps: list[int] = []
@@ -269,20 +270,27 @@ def interrupt():
         time.sleep(0.0003)
     stopped.set()
 threading.Thread(target=interrupt, daemon=True).start()
+inside = False  # KeyboardInterrupt only while main is in the try below: never in the loop
+
+
+def on_sigint(signum, frame):
+    if inside:
+        raise KeyboardInterrupt
+
+
+signal.signal(signal.SIGINT, on_sigint)
 returned, interrupted = [], 0
 go.set()
 for step in range(20000):
     try:
+        inside = True
         returned.append(monitor.log({"a": 1.0, "b": 2.0}, step=step))
+        inside = False
     except KeyboardInterrupt:
+        inside = False
         interrupted += 1
-while not stopped.is_set():
-    try:
-        stop.set()
-        stopped.wait()
-        time.sleep(0.05)
-    except KeyboardInterrupt:
-        interrupted += 1
+stop.set()
+stopped.wait()
 monitor.close()
 print(json.dumps({"interrupted": interrupted, "returned": len(returned)}))
 '''

@@ -14,10 +14,10 @@ import textwrap
 import threading
 from pathlib import Path
 
+import jsonl_monitor
 import numpy as np
 import pytest
 
-import jsonl_monitor
 import tensorboard_monitor
 import trackio_monitor
 import wandb_monitor
@@ -37,7 +37,8 @@ pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX fork and 
 
 def steps_of(run: RunInfo) -> dict[str, list[int]]:
     """Backend name -> the steps of tag ``loss`` its storage holds, sorted."""
-    return {name: sorted(s for t, s, _ in read(run) if t == "loss") for name, read in READERS.items()}
+    return {name: sorted(s for t, s, _ in read(run) if t == "loss")
+            for name, read in READERS.items()}
 
 
 def run_script(body: str, log_dir: Path, *args: str, timeout: float = 240

@@ -20,8 +20,7 @@ order or wrap the calls (``wrapper``, ``hookwrapper``, ``tryfirst``, ``trylast``
 honoured: a backend declaring one is refused when it starts, like any backend that fails to
 start (reported and set aside; raised with ``strict``).
 
-This module knows backends and the policy, not the public API: ``core_monitor.monitor``
-builds on it.
+This module knows backends and the policy; ``core_monitor.channel`` and ``.monitor`` build on it.
 """
 
 from __future__ import annotations
@@ -35,7 +34,7 @@ from typing import Any
 import pluggy
 
 from . import hookspecs
-from .errors import BackendWarning, ConfigError
+from .errors import BackendWarning, ConfigError, caller_level
 from .events import Event
 from .run import RunInfo
 
@@ -281,28 +280,10 @@ class Dispatcher:
         while reports:
             name, hook, error = reports.popleft()
             if not self.strict:
-                warnings.warn(_message(name, hook, error), BackendWarning, stacklevel=3)
+                warnings.warn(_message(name, hook, error), BackendWarning,
+                              stacklevel=caller_level())
         if raising and self._pending is not None:
             self.raise_pending()
-
-    def report_drop(self, name: str, capacity: int) -> None:
-        """Warn once that backend ``name``'s queue was full and items are being dropped."""
-        message = (
-            f"backend {name!r} is slower than the logging: its queue is full ({capacity} "
-            "items) and on_full='drop' drops the newest calls for it; Monitor.dropped counts "
-            "them (the other backends still get every call). Raise queue_size, log less "
-            "often, or use on_full='block'."
-        )
-        logger.warning(message)
-        warnings.warn(message, BackendWarning, stacklevel=5)
-
-    def report_lost(self, counts: Mapping[str, int], why: str) -> None:
-        """Report, per backend, calls that never reached it: a ``BackendWarning`` (pointing at
-        the caller of ``Monitor.close``) and an error on the ``core_monitor`` logger."""
-        for name, lost in counts.items():
-            message = f"backend {name!r}: {lost} call(s) were not delivered: {why}"
-            logger.error(message)
-            warnings.warn(message, BackendWarning, stacklevel=3)
 
     def raise_pending(self) -> None:
         """Raise (once) the exception a backend raised under ``strict``, if any."""

@@ -152,6 +152,47 @@ def flatten(metrics: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str,
             yield tag, value
 
 
+def metric_rows(metrics: Mapping[str, Any], known: set[str] | None = None,
+                limit: int = 0) -> list[dict[str, float]]:
+    """``metrics`` checked, flattened and converted: one ``{tag: value}`` row, or more where a
+    flattened tag repeats (``{"a/b": 1, "a": {"b": 2}}``); ``[]`` when empty.
+
+    Args:
+        metrics: what ``Monitor.log`` was given.
+        known: tags found valid are added here while it holds fewer than ``limit``.
+
+    Raises:
+        TypeError, ValueError: as ``check_tag`` and ``to_float``.
+    """
+    rows: list[dict[str, float]] = [{}]
+    for tag, value in flatten(metrics):
+        row = rows[-1]
+        if tag in row:
+            row = {}
+            rows.append(row)
+        row[tag] = to_float(tag, value)
+        if known is not None and len(known) < limit:
+            known.add(tag)
+    return rows if rows[0] else []
+
+
+def check_events(events: Iterable[Any]) -> list[tuple[str, float, int | None]]:
+    """DeepSpeed-style ``(tag, value, step)`` tuples checked: ``(tag, float, step or None)``.
+
+    Raises:
+        TypeError: an item is not a 3-sequence, or as ``check_tag``/``to_float``/``check_step``.
+        ValueError: as ``to_float``/``check_step``.
+    """
+    checked = []
+    for item in events:
+        if not isinstance(item, Sequence) or isinstance(item, str) or len(item) != 3:
+            raise TypeError(f"event {item!r:.80} is not a (tag, value, step) tuple")
+        tag, value, step = item
+        check_tag(tag)
+        checked.append((tag, to_float(tag, value), None if step is None else check_step(step)))
+    return checked
+
+
 #: One row of a batch: ``(step, wall_time, {tag: value})``, every scalar at that step.
 Row = tuple[int, float, dict[str, float]]
 

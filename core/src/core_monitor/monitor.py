@@ -2,9 +2,9 @@
 
 The public API only: validating each call and deciding its step. Finding and checking backends
 is ``core_monitor.discovery``; calling them under the failure policy is ``core_monitor.dispatch``;
-the per-backend worker threads and queues are ``core_monitor.worker``; closing what was left
-open at exit (and never in a forked child) is ``core_monitor.shutdown``; the settings rules and
-file reader are ``core_monitor.settings``.
+background or sync dispatch is ``core_monitor.channel`` (threads: ``core_monitor.worker``);
+closing what is open at exit is ``core_monitor.shutdown``; the process the monitor belongs to
+is ``core_monitor.base``; the settings rules and file reader are ``core_monitor.settings``.
 """
 
 from __future__ import annotations
@@ -18,22 +18,21 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from . import discovery, shutdown
+from . import shutdown
+from .base import MonitorBase
 from .config import sanitize_config
 from .dispatch import Dispatcher
-from .errors import ConfigError, FlushTimeout
-from .events import MAX_STEP, Batch, Event, check_step, check_tag, flatten, rows_by_step, to_float
+from .errors import ConfigError
+from .events import MAX_STEP, Batch, Event, check_events, check_step, metric_rows, rows_by_step
 from .run import RunInfo, default_run_name, detect_rank
-from .settings import check_dispatch, check_keywords, check_unselected, load_monitor_config
-from .worker import DEFAULT_QUEUE_SIZE, Workers, in_worker
+from .settings import check_dispatch, check_keywords, load_monitor_config
+from .worker import DEFAULT_QUEUE_SIZE
 
-#: Seconds ``before_fork`` waits for the backends to write what is queued.
-FORK_FLUSH_TIMEOUT = 10.0
-#: Tags a monitor remembers as valid (so a call of known tags skips the tag rules), at most.
+#: Tags a monitor remembers as valid (a call of known tags skips the tag rules), at most.
 KNOWN_TAGS = 4096
 
 
-class Monitor:
+class Monitor(MonitorBase):
     """Log scalars once; every selected backend stores them at the caller's step.
 
     Args:
@@ -49,14 +48,12 @@ class Monitor:
             instead of warning once and counting it in ``failures``.
         rank_zero_only: only rank 0 constructs backends; other ranks validate what they log
             and write nothing (they import no SDK). ``False`` writes from every rank.
-        dispatch: ``"background"`` (default): ``log()`` validates on the caller's thread and
-            queues; one thread per backend writes (README, "Dispatch"). ``"sync"``: every hook
-            runs on the caller's thread before ``log()`` returns.
-        queue_size: calls (``log``/``write_events``/``log_config``) each backend's queue holds
-            in background mode; 10,000 by default (about 10 MB at 10 scalars per call).
-        on_full: what ``log()`` does when a backend's queue is full: ``"block"`` (default)
-            waits for room, losing nothing; ``"drop"`` drops that call for that backend only,
-            counts it in ``dropped`` and warns once per backend and at ``close()``.
+        dispatch: ``"background"``: ``log()`` checks and queues, one thread per backend writes
+            (``core_monitor.worker``); ``"sync"``: backends are called before ``log()`` returns.
+        queue_size: calls each backend's queue holds (background), 10,000 (about 10 MB at 10
+            scalars per call).
+        on_full: a full queue makes ``log()`` wait (``"block"``, nothing lost) or drop that
+            call for that backend only (``"drop"``: counted in ``dropped``, warned once).
         **backend_options: one mapping per backend name, its keyword options, e.g.
             ``wandb={"mode": "offline"}``.
 
@@ -66,14 +63,12 @@ class Monitor:
         dropped: backend name -> calls dropped for it (``on_full="drop"``).
         undelivered: backend name -> calls still queued when ``close(timeout=...)`` gave up.
 
-    The monitor belongs to the process that created it: in a forked child it is inert (see
-    ``log``). Its methods may be called from several threads.
+    Its methods may be called from several threads; in a forked child it is inert (``log``).
 
     Raises:
-        ConfigError: no backend selected; ``project``, ``name``, ``strict``,
-            ``rank_zero_only``, ``dispatch``, ``queue_size`` or ``on_full`` of the wrong type; a misspelt keyword (``logdir``: "did you mean
-            'log_dir'?"); options for an unselected backend; or an option the backend does not
-            accept (the message names backend, option and accepted ones).
+        ConfigError: no backend selected; a keyword of the wrong type or value; a misspelt
+            keyword (``logdir``: "did you mean 'log_dir'?"); options for an unselected backend;
+            or an option the backend does not accept (naming backend, option and accepted ones).
         UnknownBackendError: a name that no installed distribution declares.
         BackendLoadError: a selected plugin or its SDK fails to import.
     """
@@ -107,49 +102,15 @@ class Monitor:
         self._dispatch = Dispatcher(strict=strict)
         self.failures: dict[str, int] = self._dispatch.failures
         self._reports = self._dispatch.reports  # worker failures to report on this thread
-        self.dispatch = dispatch
-        self.dropped: dict[str, int] = {}
-        self.undelivered: dict[str, int] = {}
-        self._workers: Workers | None = None
-        self._send = self._dispatch.send  # log()'s hot path: one bound method, no look-up
+        self.dispatch = dispatch  # "background" or "sync"
+        self._channel = None  # _start sets it, and dropped/undelivered, once backends started
         self._lock = threading.RLock()  # step assignment + queueing; re-entered on SIGTERM
-        self._pid = os.getpid()
-        self._forked = False
+        self._pid, self._forked, self._closed = os.getpid(), False, False
         self._tags: set[str] = set()
         self._next_step = 0
-        self._closed = False
-
-        found = discovery.select(backends)  # every name and keyword checked before any import
-        check_unselected(backend_options, list(found))
-        classes = {
-            k: v if isinstance(v, type) else discovery.load_backend(v) for k, v in found.items()
-        }
-        for backend_name, cls in classes.items():
-            discovery.check_options(backend_name, cls, backend_options.get(backend_name) or {})
-        if rank == 0 or not rank_zero_only:
-            try:
-                for backend_name, cls in classes.items():
-                    options = dict(backend_options.get(backend_name) or {})
-                    self._dispatch.start(backend_name, cls, self.run, options)
-            except Exception:  # a ConfigError, or any start failure with strict=True
-                self.close()
-                raise
-        if dispatch == "background" and self._dispatch.backends:
-            self._workers = Workers(self._dispatch, queue_size, on_full)
-            self._send = self._workers.send
-            self.dropped = self._workers.dropped
-            self.undelivered = self._workers.undelivered
+        self._start(backends, backend_options, rank == 0 or not rank_zero_only,
+                    (dispatch, queue_size, on_full))
         shutdown.register(self)
-
-    @staticmethod
-    def backend_name(cls: type) -> str:
-        """The name a backend class passed directly is known by: ``cls.name`` or ``__name__``."""
-        return discovery.backend_name(cls)
-
-    @property
-    def strict(self) -> bool:
-        """Whether a backend's exception is re-raised (``True``) or warned about once."""
-        return self._dispatch.strict
 
     @classmethod
     def from_config(
@@ -174,13 +135,6 @@ class Monitor:
                 error.args = (f"{os.fspath(source)}: {error.args[0]}", *error.args[1:])
             raise
 
-    @property
-    def backends(self) -> list[str]:
-        """Names of the backends this process writes to, in start order (empty off rank 0)."""
-        return [backend.name for backend in self._dispatch.backends]
-
-    # Logging ---------------------------------------------------------------------------------
-
     def log(self, metrics: Mapping[str, Any], step: int | None = None) -> int:
         """Log scalars at one step, as ``wandb.log``/``accelerate.Accelerator.log`` do.
 
@@ -204,8 +158,7 @@ class Monitor:
                 names the tag and type); ``step`` is a ``bool``/``float``.
             ValueError: an ``int`` value too large for a float; ``step`` out of range, or
                 ``step=None`` after step ``2**63 - 1``.
-            RuntimeError: the monitor is closed, or was created by another process (this one
-                is a forked child: it never writes to its parent's runs).
+            RuntimeError: the monitor is closed, or this process is a fork of its creator.
             Exception: with ``strict=True``, a backend's exception from an earlier call.
             In every case nothing of this call is written.
         """
@@ -220,7 +173,7 @@ class Monitor:
         rows = None  # the common case: every tag known, every value a float
         for tag, value in metrics.items():
             if type(value) is not float or tag not in known:
-                rows = self._rows(metrics)
+                rows = metric_rows(metrics, known, KNOWN_TAGS)
                 break
         if step is not None and (type(step) is not int or not 0 <= step <= MAX_STEP):
             step = check_step(step)
@@ -239,22 +192,8 @@ class Monitor:
                 if metrics:
                     self._send("monitor_write", {"events": Batch(((step, now, dict(metrics)),))})
             elif rows:
-                self._send("monitor_write", {"events": Batch(tuple([(step, now, r) for r in rows]))})
+                self._send("monitor_write", {"events": Batch(tuple((step, now, r) for r in rows))})
         return step
-
-    def _rows(self, metrics: Mapping[str, Any]) -> list[dict[str, float]]:
-        """``metrics`` checked and flattened into rows (a new row where a tag repeats)."""
-        rows: list[dict[str, float]] = [{}]
-        known = self._tags
-        for tag, value in flatten(metrics):
-            row = rows[-1]
-            if tag in row:
-                row = {}
-                rows.append(row)
-            row[tag] = to_float(tag, value)
-            if len(known) < KNOWN_TAGS:
-                known.add(tag)
-        return rows if rows[0] else []
 
     def write_events(self, events: Iterable[tuple[str, Any, int | None]]) -> None:
         """Log DeepSpeed-style event tuples ``(tag, value, step)`` as one batch.
@@ -264,28 +203,21 @@ class Monitor:
         so far + 1), the same number for every ``None`` of this call.
 
         Raises:
-            TypeError, ValueError, RuntimeError: as ``log`` does; nothing of this call is
-                written.
+            TypeError, ValueError, RuntimeError: as ``log`` does; nothing of it is written.
         """
         if self._closed:
             raise self._closed_error("write_events")
         if self._reports:
             self._dispatch.deliver()
         now = time.time()
-        checked = []
-        for item in events:
-            if not isinstance(item, Sequence) or isinstance(item, str) or len(item) != 3:
-                raise TypeError(f"event {item!r:.80} is not a (tag, value, step) tuple")
-            tag, value, step = item
-            check_tag(tag)
-            checked.append((tag, to_float(tag, value), None if step is None else check_step(step)))
+        checked = check_events(events)
         with self._lock:
             if self._closed:
                 raise self._closed_error("write_events")
             auto = self._next_step
             if auto > MAX_STEP and any(step is None for _, _, step in checked):
-                raise ValueError(f"the next step would be {auto}, past the largest step "
-                                 "2**63 - 1; pass explicit steps")
+                raise ValueError(f"the next step would be {auto}, past the largest step 2**63 - 1;"
+                                 " pass explicit steps")
             batch = [Event(tag, value, auto if step is None else step, now)
                      for tag, value, step in checked]
             self._next_step = max(auto, 1 + max((e.step for e in batch), default=auto - 1))
@@ -328,8 +260,7 @@ class Monitor:
             timeout: seconds to wait in all (background mode), ``None`` for no limit.
 
         Raises:
-            FlushTimeout: the time ran out; ``.pending`` counts, per backend, the calls not
-                written yet (they stay queued).
+            FlushTimeout: the time ran out; ``.pending``: calls not yet written, per backend.
             Exception: with ``strict=True``, a backend's exception.
 
         A no-op once closed, and in a forked child (the monitor belongs to its parent).
@@ -338,31 +269,20 @@ class Monitor:
             return
         if self._reports:
             self._dispatch.deliver()
-        workers = self._workers
-        if workers is None:
-            with self._lock:
-                self._dispatch.call("monitor_flush")
-            return
-        with self._lock:
-            markers = workers.queue_flush()
-        late = workers.wait_flushed(markers, timeout)
-        self._dispatch.deliver()
-        if late:
-            raise FlushTimeout(late, timeout)
+        if self._channel is not None:
+            self._channel.flush(self._lock, timeout)
 
     def close(self, timeout: float | None = None) -> None:
         """Write what is queued, then flush and close every backend in reverse start order.
 
         Args:
-            timeout: seconds each backend gets to write its queued calls (they drain at the
-                same time); ``None`` waits for all. A backend still busy then is not flushed
-                nor closed, and what it had queued is counted in ``undelivered`` and reported
-                (``BackendWarning``), never dropped silently. At exit and on SIGTERM the limit
-                is ``core_monitor.shutdown.EXIT_TIMEOUT``.
+            timeout: seconds each backend gets to write its queued calls (all drain at once);
+                ``None`` waits. A backend still busy then is neither flushed nor closed; its
+                queued calls are counted in ``undelivered`` and reported (``BackendWarning``).
+                At exit and on SIGTERM the limit is ``core_monitor.shutdown.EXIT_TIMEOUT``.
 
         Every backend is flushed and closed even when another one raises; a second call, or
-        a call in a forked child, does nothing. Calls dropped with ``on_full="drop"`` are
-        reported here once more.
+        one in a forked child, does nothing. Calls dropped (``on_full="drop"``) are reported.
 
         Raises:
             Exception: with ``strict=True``, the first exception a backend raised.
@@ -371,70 +291,10 @@ class Monitor:
             if self._closed:
                 return
             self._closed = True
-            if self._workers is not None:
-                self._workers.queue_stop()
+            if self._channel is not None:
+                self._channel.queue_stop()
         shutdown.unregister(self)
-        finished = None
-        if self._workers is not None:
-            finished = self._workers.wait_stopped(timeout)
-            if self.undelivered:
-                self._dispatch.report_lost(self.undelivered, f"still queued when close(timeout="
-                                           f"{timeout}) gave up; the backend is not closed")
-            if self.dropped:
-                self._dispatch.report_lost(self.dropped, "dropped, its queue was full "
-                                           "(on_full='drop')")
-        self._dispatch.close(finished)
-
-    def before_fork(self) -> None:
-        """Before this process forks (``core_monitor.shutdown`` calls it): hold the lock (no
-        call is half-queued or half-written) and have every backend write and flush what it
-        holds, within ``FORK_FLUSH_TIMEOUT`` seconds, so the child copies no buffered rows
-        that it could write a second time. ``after_fork_in_parent`` lets the lock go."""
-        self._lock.acquire()
-        if self._workers is None:
-            self._dispatch.flush_quietly()
-        elif not in_worker():  # a backend forking on its own thread cannot wait for itself
-            self._workers.wait_flushed(self._workers.queue_flush(), FORK_FLUSH_TIMEOUT)
-
-    def after_fork_in_parent(self) -> None:
-        """Let go of the lock ``before_fork`` took."""
-        self._lock.release()
-
-    def after_fork_in_child(self) -> None:
-        """Make this monitor inert in a forked child (``core_monitor.shutdown`` calls it).
-
-        No thread of the parent exists in the child and no queued call is kept; nothing is
-        ever sent to a backend again from here (the parent owns the runs).
-        """
-        self._closed = self._forked = True
-        self._lock = threading.RLock()  # another thread may have held it at the fork
-        if self._workers is not None:
-            self._workers.forget()
-
-    @property
-    def closed(self) -> bool:
-        """Whether ``close()`` has run (also ``True`` in a forked child)."""
-        return self._closed
-
-    def __enter__(self) -> Monitor:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        state = "closed" if self._closed else "open"
-        return f"<Monitor {self.run.project}/{self.run.name} {self.backends} {state}>"
-
-    def _closed_error(self, method: str) -> RuntimeError:
-        if self._forked:
-            return RuntimeError(
-                f"{method}() in process {os.getpid()} on the Monitor of run {self.run.name!r}, "
-                f"created by process {self._pid}: this process is a fork of it, and a forked "
-                "child never writes to its parent's runs. Log from the parent, or create a new "
-                "Monitor in the child (a run of its own)"
-            )
-        return RuntimeError(
-            f"{method}() on the closed Monitor of run {self.run.name!r}; call it before "
-            "close(), or create a new Monitor"
-        )
+        if self._channel is None:  # a backend failed to start: close the started ones
+            self._dispatch.close()
+        else:
+            self._channel.close(timeout)

@@ -104,9 +104,18 @@ def _after_fork_in_parent() -> None:
 
 
 def _after_fork_in_child() -> None:
-    """In a forked child: make every inherited object inert, then forget them all."""
+    """In a forked child: make every inherited object inert, forget them all, and give SIGTERM
+    back the handling it had before the safety net (a pool's worker dies of it at once)."""
+    global _sigterm_installed
     inherited = list(_open.values())
     _open.clear()
+    if _sigterm_installed and signal.getsignal(signal.SIGTERM) is _on_sigterm:
+        previous = _previous_sigterm if _previous_sigterm is not None else signal.SIG_DFL
+        try:
+            signal.signal(signal.SIGTERM, previous)
+            _sigterm_installed = False
+        except (ValueError, OSError):  # not the main thread: the handler then closes nothing
+            pass
     for closeable in inherited:
         try:
             closeable.after_fork_in_child()

@@ -25,12 +25,12 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from queue import Empty, SimpleQueue
 from collections.abc import Sequence
 from itertools import repeat
+from queue import SimpleQueue
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # no import at run time: worker.py sits below dispatch.py
     from .dispatch import Backend, Dispatcher
 
 #: Items each backend's queue holds by default (one item per ``log()`` call). At 10 scalars an
@@ -189,124 +189,3 @@ def fan_out(workers: Sequence[Worker], item: tuple[str, Any]) -> None:
     in none. Capacity is the caller's business (``Worker.wait_for_room``).
     """
     _consume(map(_put, [w.items for w in workers], repeat(item)))
-
-
-class Workers:
-    """Every started backend's ``Worker``: what ``Monitor`` sends through in background mode.
-
-    The caller holds the monitor's lock around ``send``, ``flush`` (the part that queues) and
-    ``stop`` (ditto), so items reach every queue in the order their steps were assigned.
-
-    Args:
-        dispatcher: the started backends and the failure policy.
-        capacity: items each backend's queue holds (``Monitor(queue_size=...)``).
-        on_full: ``"block"``: wait for room; ``"drop"``: drop the item for that backend, count
-            it in ``dropped`` and warn once per backend.
-
-    Attributes:
-        workers: one per started backend, in start order.
-        dropped: backend name -> items dropped (``on_full="drop"``).
-        undelivered: backend name -> hook calls still queued or running when ``stop`` gave up.
-    """
-
-    def __init__(self, dispatcher: Dispatcher, capacity: int, on_full: str) -> None:
-        self.dispatcher = dispatcher
-        self.capacity = capacity
-        self.on_full = on_full
-        self.workers = [Worker(b, dispatcher, capacity) for b in dispatcher.backends]
-        self._queues = [worker.items for worker in self.workers]
-        self._qsize = SimpleQueue.qsize
-        self.dropped: dict[str, int] = {}
-        self.undelivered: dict[str, int] = {}
-
-    def send(self, hook: str, kwargs: dict[str, Any]) -> None:
-        """Queue ``hooks[hook](**kwargs)`` for every backend (all or none of them, see
-        ``fan_out``); block or drop for a full queue as ``on_full`` says."""
-        item = (hook, kwargs)
-        if max(map(self._qsize, self._queues), default=0) < self.capacity:
-            fan_out(self.workers, item)
-        else:
-            fan_out(self._with_room(), item)
-
-    def _with_room(self) -> list[Worker]:
-        """The workers that take one more item now, after waiting (``"block"``) or dropping
-        (``"drop"``) for the full ones. A worker whose thread died gets nothing (counted)."""
-        ready = []
-        for worker in self.workers:
-            if worker.items.qsize() < self.capacity:
-                ready.append(worker)
-            elif self.on_full == "block" and worker.wait_for_room():
-                ready.append(worker)
-            elif self.on_full == "block":  # the thread is gone: nothing will drain the queue
-                self.undelivered[worker.name] = self.undelivered.get(worker.name, 0) + 1
-            else:
-                worker.dropped += 1
-                self.dropped[worker.name] = worker.dropped
-                if worker.dropped == 1:
-                    self.dispatcher.report_drop(worker.name, self.capacity)
-        return ready
-
-    def queue_flush(self) -> list[tuple[Worker, SimpleQueue[bool]]]:
-        """Queue a flush marker behind what every queue holds now; return (worker, done)."""
-        markers: list[tuple[Worker, SimpleQueue[bool]]] = [
-            (worker, SimpleQueue()) for worker in self.workers
-        ]
-        for worker, done in markers:
-            worker.control(FLUSH, done)
-        return markers
-
-    @staticmethod
-    def wait_flushed(markers: list[tuple[Worker, SimpleQueue[bool]]],
-                     timeout: float | None) -> dict[str, int]:
-        """Wait up to ``timeout`` seconds in all (``None``: no limit) for the markers.
-
-        Returns:
-            backend name -> hook calls still queued or running, for each backend that did not
-            get there in time (empty when every backend did).
-        """
-        deadline = None if timeout is None else time.monotonic() + timeout
-        late: dict[str, int] = {}
-        for worker, done in markers:
-            flushed = False
-            while not flushed and worker.alive:
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    break
-                try:
-                    flushed = done.get(timeout=0.5 if left is None else min(left, 0.5))
-                except Empty:
-                    pass
-            if not flushed and done.empty():
-                late[worker.name] = worker.pending() or 1
-        return late
-
-    def queue_stop(self) -> None:
-        """Queue the end of every thread behind what its queue holds."""
-        for worker in self.workers:
-            worker.control(STOP)
-
-    def wait_stopped(self, timeout: float | None) -> list[str]:
-        """Wait up to ``timeout`` seconds (all backends drain at once, so it is each backend's
-        limit) for every thread to end. A backend still busy then has its remaining calls
-        counted in ``undelivered`` and is left to its daemon thread.
-
-        Returns:
-            the names of the backends whose thread ended (safe to flush and close).
-        """
-        deadline = None if timeout is None else time.monotonic() + timeout
-        done = []
-        for worker in self.workers:
-            if worker.join(deadline):
-                done.append(worker.name)
-            else:
-                worker.abandon()
-                self.undelivered[worker.name] = (
-                    self.undelivered.get(worker.name, 0) + worker.pending()
-                )
-        return done
-
-    def forget(self) -> None:
-        """In a forked child: no thread runs there; drop every queue (see ``Worker.forget``)."""
-        for worker in self.workers:
-            worker.forget()
-        self._queues = [worker.items for worker in self.workers]
