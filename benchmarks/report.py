@@ -145,6 +145,12 @@ def dispatch_rows(results: dict[str, Any], add: Any) -> None:
                 f"{_num(m['b_us']['median'])} µs/step", _ratio(m["ratio"]),
                 _range(m["added_us"], 1, " µs"), "≤1.05×" if mode == "background" else "",
                 r["pass"] if mode == "background" else None)
+            lo = m.get("loop_only")
+            if lo:
+                add("P7", f"  the same, {mode}, until the last log() returns (close excluded)",
+                    f"{_num(lo['a_us']['median'])} µs/step",
+                    f"{_num(lo['b_us']['median'])} µs/step",
+                    _ratio(lo["ratio"]), _range(lo["added_us"], 1, " µs"), "", None)
     r = results.get("P-sustained")
     if r and "error" not in r:
         add("P", "sustained: steps/s the three backends absorb (10 scalars per call)",

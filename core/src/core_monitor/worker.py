@@ -27,7 +27,7 @@ import time
 from collections import deque
 from collections.abc import Sequence
 from itertools import repeat
-from queue import SimpleQueue
+from queue import Empty, SimpleQueue
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # no import at run time: worker.py sits below dispatch.py
@@ -38,6 +38,11 @@ if TYPE_CHECKING:  # no import at run time: worker.py sits below dispatch.py
 DEFAULT_QUEUE_SIZE = 10_000
 #: What ``Monitor(on_full=...)`` accepts.
 ON_FULL = ("block", "drop")
+#: Seconds a worker sleeps between looks at an empty queue, while calls keep coming; at most
+#: this much later than the call it is written (``flush`` and ``close`` wait for it).
+POLL_SECONDS = 0.005
+#: Empty looks (``POLL_SECONDS`` apart, 0.5 s in all) before a worker blocks until woken.
+IDLE_POLLS = 100
 #: Control items (the first element of a work item).
 FLUSH = "flush"
 STOP = "stop"
@@ -147,12 +152,24 @@ class Worker:
 
     def _run(self) -> None:
         _thread_state.worker = True
-        get = self.items.get
+        get, get_nowait = self.items.get, self.items.get_nowait
         hooks = self.backend.hooks
         failed = self.dispatcher.failed_in_worker
         name = self.name
+        idle = 0
         while True:
-            item = self.busy = get()
+            # Poll while calls keep coming: a put into a queue with a blocked reader wakes
+            # that thread (a system call, microseconds on the caller's thread); a put into a
+            # queue nobody waits on is a plain append. Block only after IDLE_POLLS empty polls.
+            try:
+                item = self.busy = get_nowait()
+                idle = 0
+            except Empty:
+                idle += 1
+                if idle <= IDLE_POLLS:
+                    time.sleep(POLL_SECONDS)
+                    continue
+                item = self.busy = get()
             if self._abandoned:
                 return
             kind, payload = item
