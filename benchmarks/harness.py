@@ -26,7 +26,7 @@ GROUP = "experiment_monitors"
 # The offline environment is defined once, in tests/sdk_env.py (standard library only); appended,
 # so that nothing in tests/ can shadow an installed package.
 sys.path.append(str(Path(__file__).resolve().parents[1] / "tests"))
-import sdk_env
+import sdk_env  # noqa: E402
 
 BACKENDS = ("trackio", "tensorboard", "wandb")
 

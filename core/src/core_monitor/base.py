@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from . import discovery
-from .channel import Channel
+from .channel import FORK_FLUSH_TIMEOUT, Channel
 from .settings import check_unselected
 
 if TYPE_CHECKING:
@@ -29,6 +29,7 @@ class MonitorBase:
     _pid: int
     _forked: bool
     _closed: bool
+    _fork_locked: bool = False
     _send: Any
     dropped: dict[str, int]
     undelivered: dict[str, int]
@@ -78,15 +79,19 @@ class MonitorBase:
     def before_fork(self) -> None:
         """Before this process forks (``core_monitor.shutdown`` calls it): hold the lock (no
         call is half-queued or half-written) and have every backend write and flush what it
-        holds, within ``channel.FORK_FLUSH_TIMEOUT`` seconds, so the child copies no buffered rows
-        that it could write a second time. ``after_fork_in_parent`` lets the lock go."""
-        self._lock.acquire()
-        if self._channel is not None:
+        holds, within ``FORK_FLUSH_TIMEOUT`` seconds, so the child copies no buffered rows that
+        it could write a second time. ``after_fork_in_parent`` lets the lock go. A lock
+        held longer than that (another thread waiting for room in a hung backend's queue) is
+        not waited for: the fork goes ahead unflushed."""
+        self._fork_locked = self._lock.acquire(timeout=FORK_FLUSH_TIMEOUT)
+        if self._fork_locked and self._channel is not None:
             self._channel.flush_before_fork()
 
     def after_fork_in_parent(self) -> None:
         """Let go of the lock ``before_fork`` took."""
-        self._lock.release()
+        if self._fork_locked:
+            self._fork_locked = False
+            self._lock.release()
 
     def after_fork_in_child(self) -> None:
         """Make this monitor inert in a forked child (``core_monitor.shutdown`` calls it).

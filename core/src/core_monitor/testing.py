@@ -24,6 +24,11 @@ builds a real ``Monitor`` around the class with ``log_dir=tmp_path / "logs"`` an
 (entry point ``pytest11``), so its fixtures need no ``conftest.py`` import. Its
 ``monitor_factory`` fixture (a ``MonitorFactory``: real monitors, closed at teardown) serves
 any test that builds monitors, the kit's own ``make_monitor`` included.
+
+What the core guarantees a backend (so a backend need not be thread-safe): its hooks are never
+called concurrently (one worker thread per backend in background dispatch, a lock in sync
+mode), they may run on a thread other than the constructor's, batches arrive in the order
+logged, and no hook is ever called from a forked child of the process that built it.
 """
 
 from __future__ import annotations
