@@ -209,7 +209,7 @@ def bench(session: nox.Session) -> None:
     stored fewer scalars than it was sent. Arguments after `--` go to benchmarks/run.py.
     """
     wheels = build_wheels(session, [CORE, *PLUGINS.values()])
-    install_wheels(session, wheels, "tensorboardX")
+    install_wheels(session, wheels, "tensorboardX", "scikit-learn")  # P7: the demo's data
     session.run("python", "benchmarks/run.py", *session.posargs, env=offline_env(session))
 
 

@@ -18,7 +18,7 @@ from typing import Any
 from harness import NullBackend, metrics
 
 from core_monitor import Event, Monitor
-from core_monitor.events import OneRow, rows_by_step
+from core_monitor.events import Batch, rows_by_step
 
 SCALARS = 8
 
@@ -55,8 +55,7 @@ def _parts(monitor: Monitor) -> dict[str, float]:
     now = time.time()
     events = [Event(t, v, 1, now) for t, v in row.items()]
     batch = tuple(events)
-    log_batch = OneRow(events)  # what log() hands the backends for a flat dict of floats
-    log_batch.row = dict(row)
+    log_batch = Batch(((1, now, dict(row)),))  # what log() hands the backends
     dispatch = monitor._dispatch  # core_monitor.dispatch.Dispatcher: what log() hands batches to
     write = dispatch.backends[0].hooks["monitor_write"]
     scope = {"monitor": monitor, "dispatch": dispatch, "row": row, "Event": Event,
@@ -91,7 +90,8 @@ def run(quick: bool, root: Path) -> dict[str, Any]:
     calls = 2_000 if quick else 10_000
     out: dict[str, Any] = {"workload": f"{calls:,} log calls x {SCALARS} scalars under cProfile; "
                                        "each part timed with timeit (best of 5)"}
-    null = Monitor([NullBackend], project="bench-profile", name="null")
+    # sync: the parts above are timed on the caller's thread, without a worker competing
+    null = Monitor([NullBackend], project="bench-profile", name="null", dispatch="sync")
     out["parts_ns"] = _parts(null)
     out["cprofile_null"] = _cprofile(null, calls)
     null.close()

@@ -129,7 +129,42 @@ def main_rows(results: dict[str, Any]) -> tuple[list[list[str]], list[str]]:
                 f"{_num(d['caller_us_per_image']['median'])} µs",
                 f"{_num(d['tensorboard_us_per_image']['median'])} µs",
                 "", _range(d["encode_and_write_us"], 1, " µs"), "", None)
+    dispatch_rows(results, add)
     return rows, missed
+
+
+def dispatch_rows(results: dict[str, Any], add: Any) -> None:
+    """P3, P7 and the sustained rate (``p_dispatch.py``)."""
+    r = results.get("P3")
+    if r and "error" not in r:
+        add("P3", "caller thread per log() of 10 scalars: tensorboard+trackio+wandb background "
+            f"vs null backend sync (p90 {_num(r['a_p90_us'], 2)} µs)",
+            f"{_num(r['a_us'], 2)} µs", f"{_num(r['b_us'], 2)} µs", "",
+            f"{_num(r['added_us'], 2)} µs", "≤3 µs added, ≤5 µs total", r["pass"])
+    r = results.get("P7")
+    if r and "error" not in r:
+        for mode in ("background", "sync"):
+            m = r[mode]
+            share = m["worker_cpu_share"]
+            gil = (f"; worker threads' CPU {share['median']:.0%} of the loop's wall time"
+                   if share and mode == "background" else "")
+            add("P7", f"digits MLP, 5 scalars/step to the three backends, {mode}, vs no "
+                f"monitor{gil}", f"{_num(m['a_us']['median'])} µs/step",
+                f"{_num(m['b_us']['median'])} µs/step", _ratio(m["ratio"]),
+                _range(m["added_us"], 1, " µs"), "≤1.05×" if mode == "background" else "",
+                r["pass"] if mode == "background" else None)
+            lo = m.get("loop_only")
+            if lo:
+                add("P7", f"  the same, {mode}, until the last log() returns (close excluded)",
+                    f"{_num(lo['a_us']['median'])} µs/step",
+                    f"{_num(lo['b_us']['median'])} µs/step",
+                    _ratio(lo["ratio"]), _range(lo["added_us"], 1, " µs"), "", None)
+    r = results.get("P-sustained")
+    if r and "error" not in r:
+        add("P", "sustained: steps/s the three backends absorb (10 scalars per call)",
+            f"{_num(r['steps_per_s']['median'], 0)} steps/s", "", "", "", "", None)
+        add("P", "beyond it (a full queue of 200): log() waits per call",
+            f"{_num(r['blocked_us_per_call']['median'])} µs", "", "", "", "", None)
 
 
 def scale_rows(r: dict[str, Any]) -> tuple[list[str], list[list[str]]]:

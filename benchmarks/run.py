@@ -1,4 +1,4 @@
-"""Run the benchmarks B1-B7, print a table, write JSON and a markdown summary.
+"""Run the benchmarks B1-B7 and P3/P7/sustained, print a table, write JSON and a markdown summary.
 
     python benchmarks/run.py [--quick] [--only B1,B3] [--backends trackio,tensorboard]
                              [--out benchmarks/results] [--keep] [--strict-targets]
@@ -43,6 +43,9 @@ JOBS: list[tuple[str, tuple[str, ...]]] = [
       for arm in ("", "-direct")),
     ("B6", BACKENDS),
     ("B7", ("tensorboard",)),
+    ("P3", BACKENDS),
+    ("P7", BACKENDS),
+    ("P-sustained", BACKENDS),
 ]
 JOB_TIMEOUT = 300
 PACKAGES = ("core-monitor", "trackio-monitor", "tensorboard-monitor", "wandb-monitor",
@@ -91,6 +94,11 @@ def worker(job: str, quick: bool, root: Path) -> dict[str, Any]:
         import b7_media
 
         return b7_media.run(quick, root)
+    if job.startswith("P"):
+        import p_dispatch
+
+        return {"P3": p_dispatch.run_p3, "P7": p_dispatch.run_p7,
+                "P-sustained": p_dispatch.run_sustained}[job](quick, root)
     if job == "profile":
         import profile_core
 

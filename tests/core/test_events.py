@@ -9,8 +9,8 @@ import pytest
 
 from core_monitor.events import (
     MAX_STEP,
+    Batch,
     Event,
-    OneRow,
     check_step,
     flatten,
     rows_by_step,
@@ -106,15 +106,22 @@ def test_rows_by_step_of_nothing_is_nothing():
 
 
 def test_rows_by_step_of_a_log_batch_gives_the_same_row_as_grouping_event_by_event():
-    events = _events(("a", 1.0, 5), ("b", 2.0, 5))
-    batch = OneRow(events)
-    batch.row = {"a": 1.0, "b": 2.0}
+    events = _events(("a", 1.0, 5), ("b", 2.0, 5), ("a", 3.0, 5), ("c", 4.0, 6))
+    batch = Batch(tuple(rows_by_step(events)))
     assert list(rows_by_step(batch)) == list(rows_by_step(tuple(events)))
 
 
+def test_a_batch_is_a_sequence_of_its_events_in_the_callers_order():
+    events = _events(("a", 1.0, 5), ("b", 2.0, 5), ("a", 3.0, 5))
+    batch = Batch(tuple(rows_by_step(events)))
+    assert len(batch) == 3
+    assert list(batch) == events
+    assert batch[0] == events[0] and batch[-1] == events[-1] and batch[1:] == tuple(events[1:])
+    assert all(type(e) is Event for e in batch)
+
+
 def test_rows_by_step_hands_each_backend_its_own_copy_of_a_log_batch_row():
-    batch = OneRow(_events(("a", 1.0, 5)))
-    batch.row = {"a": 1.0}
+    batch = Batch(((5, 5.0, {"a": 1.0}),))
     (_, _, first), = rows_by_step(batch)
     first["a"] = 99.0  # e.g. an SDK renaming or adding keys in place
     (_, _, second), = rows_by_step(batch)

@@ -94,6 +94,7 @@ def test_step_lower_than_previous_is_stored_and_next_auto_step_is_max_plus_one(m
 def test_numpy_integer_step_arrives_as_python_int(make):
     monitor = make([Recorder])
     monitor.log({"loss": 1.0}, step=np.int64(42))
+    monitor.flush()  # background dispatch: the write happens on the backend's thread
     (event,) = Recorder.instances[0].events
     assert type(event.step) is int
     assert event.step == 42
@@ -104,8 +105,9 @@ def test_every_backend_sees_the_same_assigned_step(make):
     monitor.log({"a": 1.0})
     monitor.log({"a": 2.0}, step=9)
     monitor.log({"a": 3.0})
+    stored = steps_stored(monitor)  # flushes
     recorded = [(e.tag, e.step) for e in Recorder.instances[0].events]
-    assert recorded == steps_stored(monitor) == [("a", 0), ("a", 9), ("a", 10)]
+    assert recorded == stored == [("a", 0), ("a", 9), ("a", 10)]
 
 
 def test_write_events_takes_deepspeed_tuples_and_none_means_next_step(make):
@@ -166,13 +168,17 @@ def test_nan_and_infinities_are_stored(make):
 
 
 def test_a_failing_backend_does_not_stop_the_healthy_one(make):
-    """One report naming the failing backend; every point reaches the healthy backend."""
+    """One report naming the failing backend; every point reaches the healthy backend.
+
+    In background mode the failure happens on the backend's thread and is reported on the
+    caller's at its next call (here the flush)."""
     monitor = make(["jsonl", Failing, Recorder])
     with pytest.warns(BackendWarning, match="backend 'failing' failed in monitor_write") as seen:
         for step in range(5):
             monitor.log({"loss": float(step)}, step=step)
+        monitor.flush()
     assert len(seen) == 1
-    assert monitor.failures == {"failing": 5}
+    assert monitor.failures == {"failing": 6}  # 5 writes and the flush
     assert [s for _, s in steps_stored(monitor)] == [0, 1, 2, 3, 4]
     assert [e.step for e in Recorder.instances[0].events] == [0, 1, 2, 3, 4]
 
@@ -181,7 +187,7 @@ def test_flush_and_close_reach_every_backend_when_one_fails(make):
     monitor = make([Recorder, Failing, "jsonl"])
     with pytest.warns(BackendWarning, match="'failing' failed in monitor_write"):
         monitor.log({"loss": 1.0}, step=1)
-    monitor.flush()
+        monitor.flush()
     monitor.close()
     assert Recorder.instances[0].calls == ["write", "flush", "flush", "close"]
     assert monitor.failures == {"failing": 4}  # write, flush, flush at close, close
@@ -189,7 +195,8 @@ def test_flush_and_close_reach_every_backend_when_one_fails(make):
 
 
 def test_strict_mode_raises_after_the_other_backends_got_the_call(make):
-    monitor = make([Failing, Recorder], strict=True)
+    """Sync dispatch: the failing call itself raises (background: tests/core/test_dispatch.py)."""
+    monitor = make([Failing, Recorder], strict=True, dispatch="sync")
     with pytest.raises(TypeError, match="unexpected keyword argument 'step'"):
         monitor.log({"loss": 1.0}, step=3)
     assert [e.step for e in Recorder.instances[0].events] == [3]
@@ -210,6 +217,7 @@ def test_a_backend_failing_to_start_is_reported_and_the_others_run(make):
         monitor = make([NoStart, Recorder])
     assert monitor.backends == ["recorder"]
     monitor.log({"loss": 1.0})
+    monitor.flush()
     assert len(Recorder.instances[0].events) == 1
 
 
@@ -297,6 +305,7 @@ def test_every_rank_writes_when_rank_zero_only_is_false(make, monkeypatch):
     monkeypatch.setenv("RANK", "2")
     monitor = make([Recorder], rank_zero_only=False)
     monitor.log({"loss": 1.0}, step=7)
+    monitor.flush()
     assert Recorder.instances[0].run.rank == 2
     assert [e.step for e in Recorder.instances[0].events] == [7]
 
@@ -316,6 +325,7 @@ def test_a_backend_with_a_misspelt_hook_is_reported_and_the_others_run(make):
         monitor = make([Misspelt, Recorder])
     assert monitor.backends == ["recorder"]
     monitor.log({"loss": 1.0}, step=3)
+    monitor.flush()
     assert [e.step for e in Recorder.instances[0].events] == [3]
 
 
@@ -350,6 +360,7 @@ def test_a_hook_option_the_core_cannot_honour_sets_the_backend_aside(make, optio
     assert monitor.backends == ["recorder"]
     assert monitor.failures == {"ordered": 1}
     monitor.log({"loss": 1.0}, step=3)
+    monitor.flush()
     assert [e.step for e in Recorder.instances[0].events] == [3]
 
 
@@ -442,6 +453,7 @@ def test_a_backend_changing_its_row_does_not_change_what_the_next_backend_gets(m
     monitor.log(metrics, step=3)
     metrics["loss"] = 5.0  # the caller reusing its dict changes nothing already logged
     monitor.log({"x": 1.0}, step=4)
+    monitor.flush()
     (backend,) = Recorder.instances
     assert [(step, row) for step, _, row in backend.events] == [
         (3, {"step": 1.0, "loss": 2.0}), (4, {"x": 1.0})
@@ -483,13 +495,13 @@ def test_log_config_isolates_a_failing_backend_and_strict_raises(make):
     monitor = make(backends=(BadConfig, "jsonl"))
     with pytest.warns(BackendWarning, match="badconfig"):
         monitor.log_config({"lr": 0.1})
-    monitor.flush()
+        monitor.flush()
     assert read_config(monitor.run) == {"lr": 0.1}
     assert monitor.failures == {"badconfig": 1}
     strict = make(backends=(BadConfig, "jsonl"), name="strict", strict=True)
     with pytest.raises(ValueError, match="refused"):
         strict.log_config({"lr": 0.1})
-    strict.flush()
+        strict.flush()  # background dispatch: raised at the next call
     assert read_config(strict.run) == {"lr": 0.1}
 
 

@@ -335,6 +335,7 @@ def test_config_after_the_hparams_were_written_warns_and_tensorboard_keeps_the_f
         monitor.flush()
         with pytest.warns(RuntimeWarning, match=r"\['lr'\].*first HParams"):
             monitor.log_config({"lr": 0.2})
+            monitor.flush()  # background dispatch: the hook runs on the backend's thread
     assert read_config(monitor.run) == {"lr": 0.1}
     assert monitor.failures == {}
 

@@ -335,7 +335,8 @@ def test_log_config_merges_into_trackios_run_config(log_dir):
         monitor.log_config({"batch": 32})  # before the first row: goes with it
         monitor.log({"loss": 1.0}, step=0)
         monitor.flush()
-        monitor.log_config({"lr": 0.2, "_seed": 7})  # after it: written at once
+        monitor.log_config({"lr": 0.2, "_seed": 7})  # after it: written at once ...
+        monitor.flush()  # ... by the backend's thread (background dispatch)
         own = SQLiteStorage.get_run_config("late", "r")  # Trackio's own reader, run still open
         assert (own["lr"], own["batch"], own["config._seed"], own["_Group"]) == (0.2, 32, 7, "g")
         monitor.log({"loss": 0.5}, step=1)

@@ -11,26 +11,30 @@ raises:
   and on the ``core_monitor`` logger, the later ones are only counted;
 * with ``strict``: the first exception is kept and re-raised once every backend got the call.
 
+In background mode (``core_monitor.worker``) a backend fails on its own thread: the failure is
+counted and logged there at once, and reported (the ``BackendWarning``, or the strict
+re-raise) on the caller's thread at its next ``log``, ``flush`` or ``close`` (``deliver``).
+
 Because the core calls the functions directly, a hook option that changes how pluggy would
 order or wrap the calls (``wrapper``, ``hookwrapper``, ``tryfirst``, ``trylast``) cannot be
 honoured: a backend declaring one is refused when it starts, like any backend that fails to
 start (reported and set aside; raised with ``strict``).
 
-This module knows backends and the policy, not the public API: ``core_monitor.monitor``
-builds on it.
+This module knows backends and the policy; ``core_monitor.channel`` and ``.monitor`` build on it.
 """
 
 from __future__ import annotations
 
 import logging
 import warnings
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pluggy
 
 from . import hookspecs
-from .errors import BackendWarning, ConfigError
+from .errors import BackendWarning, ConfigError, caller_level
 from .events import Event
 from .media import MEDIA_KINDS, MediaItem
 from .run import RunInfo
@@ -86,6 +90,8 @@ class Dispatcher:
         self.media_skipped: dict[tuple[str, str], int] = {}
         self.backends: list[Backend] = []
         self._pending: BaseException | None = None
+        #: Failures of worker threads not yet reported on the caller's thread.
+        self.reports: deque[tuple[str, str, Exception]] = deque()
         self._told: set[tuple[str, ...]] = set()  # (backend, hook) and ("media", backend, kind)
         #: (name, monitor_write function) per backend: ``write`` runs on every ``log()``.
         self._writers: list[tuple[str, Callable[..., Any]]] = []
@@ -130,9 +136,11 @@ class Dispatcher:
         if "monitor_write" in hooks:
             self._writers.append((name, hooks["monitor_write"]))
         declared = getattr(cls, "media_kinds", ())
-        self._media_kinds[name] = (
+        kinds = self._media_kinds[name] = (
             MEDIA_KINDS.intersection(declared) if "monitor_write_media" in hooks else frozenset()
         )
+        if kinds:  # the hook gets only its kinds, wherever it runs (caller's or worker thread)
+            hooks["monitor_write_media"] = _only_kinds(hooks["monitor_write_media"], kinds)
         return backend
 
     def _hooks_of(self, name: str, instance: object) -> dict[str, Callable[..., Any]]:
@@ -188,34 +196,42 @@ class Dispatcher:
         if self._pending is not None:
             self.raise_pending()
 
-    def write_media(self, items: Sequence[MediaItem]) -> None:
-        """Call ``monitor_write_media(items=...)`` on every backend with the items of the kinds
-        it stores; raise a strict failure after.
+    def skip_media(self, items: Sequence[MediaItem]) -> bool:
+        """Count, on the caller's thread, the media items each backend does not store; return
+        whether any backend stores any of them (then ``send("monitor_write_media", ...)``:
+        each backend's hook is wrapped to take only its own kinds).
 
-        A kind a backend does not store is skipped for it: reported once per (backend, kind)
-        as a ``BackendWarning``, then only counted in ``media_skipped``. Not a failure.
+        A kind a backend does not store is reported once per (backend, kind) as a
+        ``BackendWarning``, then only counted in ``media_skipped``. Not a failure.
         """
+        wanted = False
         for backend in self.backends:
             kinds = self._media_kinds[backend.name]
-            mine = [item for item in items if item.value.kind in kinds]
-            if len(mine) < len(items):
-                self._skip_media(backend.name, [i for i in items if i.value.kind not in kinds])
-            if mine:
-                self._guarded(backend.name, "monitor_write_media",
-                              backend.hooks["monitor_write_media"], {"items": tuple(mine)})
-        self.raise_pending()
+            for item in items:
+                if item.value.kind in kinds:
+                    wanted = True
+                else:
+                    self._skip_media(backend.name, item)
+        return wanted
 
-    def _skip_media(self, name: str, items: list[MediaItem]) -> None:
-        for item in items:
-            key = (name, item.value.kind)
-            self.media_skipped[key] = self.media_skipped.get(key, 0) + 1
-            if ("media", *key) not in self._told:
-                self._told.add(("media", *key))
-                warnings.warn(
-                    f"backend {name!r} does not store {item.value.kind} media (its class "
-                    f"declares media_kinds = {sorted(self._media_kinds[name])}): {item.tag!r} "
-                    "and later values of that kind are not sent to it (the other backends store "
-                    "them); Monitor.media_skipped counts them", BackendWarning, stacklevel=4)
+    def _skip_media(self, name: str, item: MediaItem) -> None:
+        key = (name, item.value.kind)
+        self.media_skipped[key] = self.media_skipped.get(key, 0) + 1
+        if ("media", *key) not in self._told:
+            self._told.add(("media", *key))
+            warnings.warn(
+                f"backend {name!r} does not store {item.value.kind} media (its class "
+                f"declares media_kinds = {sorted(self._media_kinds[name])}): {item.tag!r} "
+                "and later values of that kind are not sent to it (the other backends store "
+                "them); Monitor.media_skipped counts them", BackendWarning,
+                stacklevel=caller_level())
+
+    def send(self, hook: str, kwargs: dict[str, Any]) -> None:
+        """``call(hook, **kwargs)``: the sync-mode counterpart of ``Workers.send``."""
+        if hook == "monitor_write":
+            self.write(kwargs["events"])
+        else:
+            self.call(hook, **kwargs)
 
     def call(self, hook: str, **kwargs: Any) -> None:
         """Call ``hook(**kwargs)`` on every backend implementing it, in start order; then
@@ -226,14 +242,27 @@ class Dispatcher:
                 self._guarded(backend.name, hook, function, kwargs)
         self.raise_pending()
 
-    def close(self) -> None:
+    def flush_quietly(self) -> None:
+        """``monitor_flush`` on every backend under the policy, never raising (before a fork)."""
+        for backend in self.backends:
+            function = backend.hooks.get("monitor_flush")
+            if function is not None:
+                self._guarded(backend.name, "monitor_flush", function, {})
+
+    def close(self, only: Sequence[str] | None = None) -> None:
         """Flush every backend, then close every backend, both in reverse start order.
 
+        Args:
+            only: the names of the backends to flush and close (``None``: all); in background
+                mode, those whose worker thread ended.
+
         Every backend is flushed and closed even when another one raises; a strict failure
-        is raised at the end.
+        (also one a worker kept) is raised at the end.
         """
+        self.deliver(raising=False)
+        backends = [b for b in self.backends if only is None or b.name in only]
         for hook in ("monitor_flush", "monitor_close"):
-            for backend in reversed(self.backends):
+            for backend in reversed(backends):
                 function = backend.hooks.get(hook)
                 if function is None:
                     continue
@@ -267,16 +296,60 @@ class Dispatcher:
                 self._pending = error
             return
         if count == 0:
-            message = (
-                f"backend {name!r} failed in {hook}: {type(error).__name__}: {error}. "
-                "The other backends carry on; further failures of this backend are counted in "
-                "Monitor.failures, not reported (strict=True raises instead)."
-            )
+            message = _message(name, hook, error)
             logger.error(message, exc_info=error)
             warnings.warn(message, BackendWarning, stacklevel=4)
+
+    def failed_in_worker(self, name: str, hook: str, error: Exception) -> None:
+        """``failed`` on a backend's worker thread: count now, log the first failure now, and
+        keep the report (warning or strict exception) for the caller's thread (``deliver``)."""
+        count = self.failures.get(name, 0)
+        self.failures[name] = count + 1  # only this backend's worker counts it meanwhile
+        if self.strict:
+            if self._pending is None:
+                if hasattr(error, "add_note"):  # Python >= 3.11
+                    error.add_note(f"(raised by backend {name!r} in {hook}, on its thread)")
+                self._pending = error
+                self.reports.append((name, hook, error))
+            return
+        if count == 0:
+            logger.error(_message(name, hook, error), exc_info=error)
+            self.reports.append((name, hook, error))
+
+    def deliver(self, *, raising: bool = True) -> None:
+        """On the caller's thread: warn about worker failures not reported yet, then raise a
+        strict failure (unless ``raising`` is false)."""
+        reports = self.reports
+        while reports:
+            name, hook, error = reports.popleft()
+            if not self.strict:
+                warnings.warn(_message(name, hook, error), BackendWarning,
+                              stacklevel=caller_level())
+        if raising and self._pending is not None:
+            self.raise_pending()
 
     def raise_pending(self) -> None:
         """Raise (once) the exception a backend raised under ``strict``, if any."""
         error, self._pending = self._pending, None
         if error is not None:
             raise error
+
+
+def _message(name: str, hook: str, error: BaseException) -> str:
+    return (
+        f"backend {name!r} failed in {hook}: {type(error).__name__}: {error}. "
+        "The other backends carry on; further failures of this backend are counted in "
+        "Monitor.failures, not reported (strict=True raises instead)."
+    )
+
+
+def _only_kinds(hook: Callable[..., Any], kinds: frozenset[str]) -> Callable[..., Any]:
+    """``hook`` (a backend's ``monitor_write_media``) called with only the items of ``kinds``,
+    and not at all when none is left."""
+
+    def monitor_write_media(items: Sequence[MediaItem]) -> None:
+        mine = tuple(item for item in items if item.value.kind in kinds)
+        if mine:
+            hook(items=mine)
+
+    return monitor_write_media

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import difflib
+import os
+import sys
 from collections.abc import Iterable
 
 
@@ -103,3 +105,36 @@ class ConfigWarning(UserWarning):
 class BackendWarning(RuntimeWarning):
     """A backend raised in a hook and the others carried on. Issued once per backend and monitor;
     every failure is counted in ``Monitor.failures``."""
+
+
+class FlushTimeout(TimeoutError):
+    """``Monitor.flush(timeout=...)`` ran out of time before every backend had written and
+    flushed what was logged before the call.
+
+    Attributes:
+        pending: backend name -> hook calls (``log()`` batches, config updates) still queued
+            or in progress for it when the time ran out; backends that finished are absent.
+        timeout: the limit, in seconds.
+    """
+
+    def __init__(self, pending: dict[str, int], timeout: float | None) -> None:
+        self.pending = pending
+        self.timeout = timeout
+        counts = ", ".join(f"{name!r}: {count}" for name, count in pending.items())
+        super().__init__(
+            f"flush(timeout={timeout}) ran out of time; calls not yet written per backend: "
+            f"{counts}. They stay queued and are written as the backend catches up (close() "
+            "waits for them)."
+        )
+
+
+def caller_level() -> int:
+    """The ``stacklevel`` that makes a warning issued by the function calling this point at
+    the first frame outside ``core_monitor`` (the user's call of ``log``, ``flush``, ...)."""
+    level, frame = 1, sys._getframe(1)
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))

@@ -6,16 +6,23 @@ The rules (the README's "step contract" states them for users):
   steps are rejected. ``None`` means "the next step": one more than the largest step seen so far,
   starting at 0, shared by every backend.
 * A value is an ``int``, ``float``, ``bool`` or anything whose ``.item()`` returns one (numpy
-  scalars, 0-d arrays and tensors). It becomes a Python ``float``; NaN and +/-inf are kept.
+  scalars, 0-d arrays and tensors). It becomes a Python ``float``; NaN and +/-inf are kept. A
+  value that is not a number, or whose ``.item()`` raises (a multi-element tensor), is a
+  ``TypeError`` naming the tag; an ``int`` too large for a float (beyond about 1.8e308) is a
+  ``ValueError`` naming the tag.
 * Nested mappings are flattened with ``/``: ``{"train": {"loss": 1}}`` is the tag ``train/loss``.
-* A tag is a non-empty ``str``.
+* A tag is a non-empty ``str`` that can be encoded as UTF-8 (no lone surrogate such as
+  ``"\\ud800"``): every backend stores tags as UTF-8 text.
+
+``log()`` hands backends a ``Batch``: its rows as the caller gave them, its ``Event`` records
+built only when a backend asks for them.
 """
 
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterable, Iterator, Mapping
-from typing import Any, NamedTuple
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, NamedTuple, overload
 
 #: Steps are stored as signed 64-bit integers by every backend (SQLite, protobuf int64).
 MAX_STEP = 2**63 - 1
@@ -65,38 +72,80 @@ def to_float(tag: str, value: Any) -> float:
 
     Raises:
         TypeError: ``value`` is not a number, nor has an ``.item()`` that returns one
-            (``str``, ``None``, lists, multi-element arrays); the message names ``tag``.
+            (``str``, ``None``, lists, multi-element arrays or tensors, an ``.item()`` that
+            raises anything); the message names ``tag`` and the value's type.
+        ValueError: ``value`` is an integer too large for a float (``OverflowError`` of
+            ``float()``); the message names ``tag``.
     """
-    if isinstance(value, (int, float)):  # bool is an int
-        return float(value)
-    item = getattr(value, "item", None)
-    if item is not None and not isinstance(value, (str, bytes)):
+    scalar = value
+    if not isinstance(value, (int, float)):  # bool is an int
+        item = getattr(value, "item", None)
+        scalar = None
+        if item is not None and not isinstance(value, (str, bytes)):
+            try:
+                scalar = item()
+            except Exception:  # numpy ValueError, torch RuntimeError ("more than one element")
+                scalar = None
+        if not isinstance(scalar, (int, float)):
+            raise TypeError(
+                f"metric {tag!r} has a value of type {type(value).__name__} ({_short(value)}); "
+                "log numbers (int, float, bool, a numpy/torch scalar or 0-d array), or wrap "
+                "media: core_monitor.Image(array), Histogram(values) or Text(str)"
+            )
+    try:
+        return float(scalar)
+    except OverflowError:
+        raise ValueError(
+            f"metric {tag!r} has an int value too large for a float "
+            f"({type(value).__name__} with {len(str(abs(int(scalar))))} digits); log it as a "
+            "float (e.g. math.log10 of it) or a smaller number"
+        ) from None
+
+
+def _short(value: Any) -> str:
+    """``repr(value)`` cut to 60 characters; never raises (a broken ``__repr__`` is named)."""
+    try:
+        return f"{value!r:.60}"
+    except Exception as error:
+        return f"<repr failed: {type(error).__name__}>"
+
+
+def check_tag(tag: Any, where: str = "") -> str:
+    """Return ``tag`` if it is a non-empty ``str`` that UTF-8 can encode.
+
+    Args:
+        tag: the metric name.
+        where: text placed after the tag in the message, e.g. ``" under 'train'"``.
+
+    Raises:
+        TypeError: ``tag`` is not a ``str``, is empty, or holds a lone surrogate (e.g.
+            ``"\\ud800"``, which no backend can store); the message names the tag.
+    """
+    if type(tag) is not str or not tag:
+        raise TypeError(
+            f"metric name {tag!r}{where} is not a non-empty str; use string tags such as "
+            "'train/loss'"
+        )
+    if not tag.isascii():
         try:
-            scalar = item()
-        except (TypeError, ValueError):  # numpy: "can only convert an array of size 1"
-            scalar = None
-        if isinstance(scalar, (int, float)):
-            return float(scalar)
-    raise TypeError(
-        f"metric {tag!r} has a value of type {type(value).__name__} ({value!r:.60}); "
-        "log numbers (int, float, bool, a numpy/torch scalar or 0-d array), or wrap media: "
-        "core_monitor.Image(array), Histogram(values) or Text(str)"
-    )
+            tag.encode("utf-8")
+        except UnicodeEncodeError as error:
+            raise TypeError(
+                f"metric name {tag!r}{where} cannot be encoded as UTF-8 ({error.reason} at "
+                f"index {error.start}); backends store tags as UTF-8 text: remove the lone "
+                "surrogate (e.g. decode file names with errors='replace')"
+            ) from None
+    return tag
 
 
 def flatten(metrics: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
     """Yield ``(tag, value)`` pairs of ``metrics``, nested mappings joined with ``/``.
 
     Raises:
-        TypeError: a key is not a non-empty ``str``.
+        TypeError: a key is not a non-empty ``str`` or cannot be encoded as UTF-8.
     """
     for key, value in metrics.items():
-        if type(key) is not str or not key:
-            where = f" under {prefix.rstrip('/')!r}" if prefix else ""
-            raise TypeError(
-                f"metric name {key!r}{where} is not a non-empty str; use string tags such as "
-                "'train/loss'"
-            )
+        check_tag(key, f" under {prefix.rstrip('/')!r}" if prefix else "")
         tag = prefix + key
         if isinstance(value, Mapping):
             yield from flatten(value, tag + "/")
@@ -104,16 +153,106 @@ def flatten(metrics: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str,
             yield tag, value
 
 
-class OneRow(tuple):  # type: ignore[type-arg]
-    """A batch of ``Event`` that ``Monitor.log`` built from flat ``float`` metrics.
+def metric_rows(metrics: Mapping[str, Any], known: set[str] | None = None,
+                limit: int = 0, take: Callable[[str, Any], bool] | None = None,
+                ) -> list[dict[str, float]]:
+    """``metrics`` checked, flattened and converted: one ``{tag: value}`` row, or more where a
+    flattened tag repeats (``{"a/b": 1, "a": {"b": 2}}``); ``[]`` when empty.
 
-    All its events share one step and no tag repeats, so it carries its row (``{tag: value}``,
-    never changed after construction) and ``rows_by_step`` hands that out instead of rebuilding
-    it event by event: about 1.2 us less per 8-scalar ``log`` call and backend (benchmark B1).
-    To a backend it is just a ``Sequence[Event]``.
+    Args:
+        metrics: what ``Monitor.log`` was given.
+        known: tags found valid are added here while it holds fewer than ``limit``.
+        take: ``take(tag, value)`` returns ``True`` for a value it keeps itself (media: see
+            ``core_monitor.media.media_taker``), which then goes in no row.
+
+    Raises:
+        TypeError, ValueError: as ``check_tag`` and ``to_float`` (and ``take``).
+    """
+    rows: list[dict[str, float]] = [{}]
+    for tag, value in flatten(metrics):
+        if take is not None and take(tag, value):
+            continue
+        row = rows[-1]
+        if tag in row:
+            row = {}
+            rows.append(row)
+        row[tag] = to_float(tag, value)
+        if known is not None and len(known) < limit:
+            known.add(tag)
+    return rows if rows[0] else []
+
+
+def check_events(events: Iterable[Any]) -> list[tuple[str, float, int | None]]:
+    """DeepSpeed-style ``(tag, value, step)`` tuples checked: ``(tag, float, step or None)``.
+
+    Raises:
+        TypeError: an item is not a 3-sequence, or as ``check_tag``/``to_float``/``check_step``.
+        ValueError: as ``to_float``/``check_step``.
+    """
+    checked = []
+    for item in events:
+        if not isinstance(item, Sequence) or isinstance(item, str) or len(item) != 3:
+            raise TypeError(f"event {item!r:.80} is not a (tag, value, step) tuple")
+        tag, value, step = item
+        check_tag(tag)
+        checked.append((tag, to_float(tag, value), None if step is None else check_step(step)))
+    return checked
+
+
+#: One row of a batch: ``(step, wall_time, {tag: value})``, every scalar at that step.
+Row = tuple[int, float, dict[str, float]]
+
+
+class Batch(Sequence[Event]):
+    """What one ``Monitor.log`` or ``write_events`` call hands every backend's ``monitor_write``.
+
+    To a backend it is a ``Sequence[Event]`` (iterate, index, ``len``), in the caller's order.
+    The core builds it from rows, so a backend that writes one record per step can take them
+    ready-made with ``rows_by_step(batch)`` instead of regrouping events; the ``Event``
+    records are built on first use only (once, shared by every backend). Never changed after
+    construction; ``rows_by_step`` hands out copies of the rows' dicts.
+
+    Args:
+        rows: ``Row`` tuples, in the caller's order: within a row no tag repeats; one step
+            per row (consecutive rows may share a step).
+
+    Attributes:
+        rows: as given.
     """
 
-    row: dict[str, float]
+    __slots__ = ("_events", "rows")
+
+    def __init__(self, rows: tuple[Row, ...]) -> None:
+        self.rows = rows
+        self._events: tuple[Event, ...] | None = None
+
+    @property
+    def events(self) -> tuple[Event, ...]:
+        """The batch as ``Event`` records (built at first access)."""
+        events = self._events
+        if events is None:
+            new = tuple.__new__
+            events = self._events = tuple([
+                new(Event, (tag, value, step, wall_time))
+                for step, wall_time, row in self.rows for tag, value in row.items()
+            ])
+        return events
+
+    @overload
+    def __getitem__(self, index: int) -> Event: ...
+    @overload
+    def __getitem__(self, index: slice) -> tuple[Event, ...]: ...
+    def __getitem__(self, index: int | slice) -> Event | tuple[Event, ...]:
+        return self.events[index]
+
+    def __len__(self) -> int:
+        return sum(len(row) for _, _, row in self.rows)
+
+    def __iter__(self) -> Iterator[Event]:
+        return iter(self.events)
+
+    def __repr__(self) -> str:
+        return f"Batch({list(self.events)!r})"
 
 
 def rows_by_step(events: Iterable[Event]) -> Iterator[tuple[int, float, dict[str, float]]]:
@@ -124,9 +263,9 @@ def rows_by_step(events: Iterable[Event]) -> Iterator[tuple[int, float, dict[str
     that writes one record per step (Trackio's ``log``, one TensorBoard ``Event``, one wandb
     ``log``) writes one record per row. ``wall_time`` is the row's first event's.
     """
-    if type(events) is OneRow:  # built by Monitor.log: the row exists already
-        first = events[0]
-        yield first.step, first.wall_time, dict(events.row)  # a copy: backends may change it
+    if type(events) is Batch:  # built by the core: the rows exist already
+        for step, wall_time, row in events.rows:
+            yield step, wall_time, dict(row)  # a copy: a backend may change it
         return
     row: dict[str, float] = {}
     step = wall_time = None

@@ -4,6 +4,9 @@ A backend is a class registered under the entry-point group ``experiment_monitor
 constructs it as ``Backend(run: RunInfo, **options)``, registers the instance on a pluggy
 ``PluginManager`` and calls its hooks by keyword, one backend at a time (so that one failing
 backend never stops the others; see ``core_monitor.dispatch``). Every hook is optional.
+
+Calls into one backend never overlap (by default each backend's hooks run on a worker thread of
+its own, ``core_monitor.worker``), come in the order logged, and never come from a forked child.
 """
 
 from __future__ import annotations

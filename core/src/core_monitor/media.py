@@ -19,11 +19,9 @@ media value, never by ``import core_monitor``.
 from __future__ import annotations
 
 import operator
-from collections.abc import Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
-
-from .events import Event, flatten, to_float
 
 #: The media kinds the core knows; a backend declares the ones it stores as ``media_kinds``.
 MEDIA_KINDS = frozenset({"image", "histogram", "text"})
@@ -131,25 +129,18 @@ class MediaItem(NamedTuple):
         return self.value.kind
 
 
-def split(
-    tag: Any, value: Any, step: int, now: float, events: list[Event], items: list[MediaItem]
-) -> None:
-    """Validate one top-level ``(tag, value)`` of ``log()``: append its scalars to ``events``
-    and its media to ``items`` (nested mappings flattened with ``/``).
+def media_taker(out: list[tuple[str, Image | Histogram | Text]]) -> Callable[[str, Any], bool]:
+    """For ``events.metric_rows(take=...)``: a function that, given a media value, validates it
+    (``prepare``), appends ``(tag, value)`` to ``out`` and returns ``True``; ``False`` for any
+    other value (a scalar, converted by ``metric_rows``)."""
 
-    Raises:
-        TypeError, ValueError: as ``events.flatten``, ``events.to_float`` and ``prepare``.
-    """
-    if isinstance(value, Mapping) or type(tag) is not str or not tag:
-        for sub_tag, sub_value in flatten({tag: value}):
-            split(sub_tag, sub_value, step, now, events, items)
-    elif isinstance(value, MEDIA_TYPES):
-        items.append(MediaItem(tag, step, now, prepare(tag, value)))
-    else:
-        events.append(_new(Event, (tag, to_float(tag, value), step, now)))
+    def take(tag: str, value: Any) -> bool:
+        if isinstance(value, MEDIA_TYPES):
+            out.append((tag, prepare(tag, value)))
+            return True
+        return False
 
-
-_new = tuple.__new__  # builds an Event without NamedTuple.__new__'s argument handling
+    return take
 
 
 def prepare(tag: str, value: Image | Histogram | Text) -> Image | Histogram | Text:

@@ -2,32 +2,40 @@
 
 The public API only: validating each call and deciding its step. Finding and checking backends
 is ``core_monitor.discovery``; calling them under the failure policy is ``core_monitor.dispatch``;
-closing what was left open at exit is ``core_monitor.shutdown``; the settings rules and file
-reader are ``core_monitor.settings``.
+background or sync dispatch is ``core_monitor.channel`` (threads: ``core_monitor.worker``);
+closing what is open at exit is ``core_monitor.shutdown``; the process the monitor belongs to
+is ``core_monitor.base``; the settings rules and file reader are ``core_monitor.settings``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from . import discovery, shutdown
+from . import shutdown
+from .base import MonitorBase
+from .channel import check_dispatch
 from .config import sanitize_config
 from .dispatch import Dispatcher
 from .distributed import Reducer
 from .errors import ConfigError
-from .events import MAX_STEP, Event, OneRow, check_step, to_float
-from .media import split
+from .events import MAX_STEP, Batch, Event, check_events, check_step, metric_rows, rows_by_step
+from .media import MediaItem, media_taker
 from .run import RunInfo, default_run_name, detect_rank
-from .settings import check_backend_keys, check_keywords, check_options, load_monitor_config
+from .settings import check_keywords, load_monitor_config
+from .worker import DEFAULT_QUEUE_SIZE
+
+#: Tags a monitor remembers as valid (a call of known tags skips the tag rules), at most.
+KNOWN_TAGS = 4096
 
 
-class Monitor:
+class Monitor(MonitorBase):
     """Log scalars once; every selected backend stores them at the caller's step.
 
     Args:
@@ -45,15 +53,29 @@ class Monitor:
             instead of warning once and counting it in ``failures``.
         rank_zero_only: only rank 0 constructs backends; other ranks validate what they log
             and write nothing (they import no SDK). ``False`` writes from every rank.
+        dispatch: ``"background"``: ``log()`` checks and queues, one thread per backend writes
+            (``core_monitor.worker``); ``"sync"``: backends are called before ``log()`` returns.
+        queue_size: calls each backend's queue holds (background), 10,000 (about 10 MB at 10
+            scalars per call).
+        on_full: a full queue makes ``log()`` wait (``"block"``, nothing lost) or drop that
+            call for that backend only (``"drop"``: counted in ``dropped``, warned once).
         **backend_options: one mapping per backend name, its keyword options, e.g.
             ``wandb={"mode": "offline"}``; an installed backend's are ignored when unselected.
 
+    Attributes:
+        run: the ``RunInfo`` every backend got.
+        failures: backend name -> hook calls of it that raised.
+        dropped: backend name -> calls dropped for it (``on_full="drop"``).
+        undelivered: backend name -> calls still queued when ``close(timeout=...)`` gave up.
+
+    Its methods may be called from several threads; in a forked child it is inert (``log``).
+
     Raises:
-        ConfigError: no backend selected; ``project``, ``name``, ``strict`` or
-            ``rank_zero_only`` of the wrong type; a keyword naming no installed backend
-            (``logdir``: "did you mean 'log_dir'?"); an option the backend does not accept
-            (the message names backend, option and accepted ones); ``strict=True`` and a
-            disabled backend selected, or an unknown name in ``EXPERIMENT_MONITORS_DISABLE``.
+        ConfigError: no backend selected; a keyword of the wrong type or value; a keyword
+            naming no installed backend (``logdir``: "did you mean 'log_dir'?"); an option the
+            backend does not accept (naming backend, option and accepted ones); ``strict=True``
+            and a disabled backend selected, or an unknown name in
+            ``EXPERIMENT_MONITORS_DISABLE``.
         UnknownBackendError: a name that no installed distribution declares.
         BackendLoadError: a selected plugin or its SDK fails to import.
     """
@@ -68,9 +90,13 @@ class Monitor:
         log_dir: str | os.PathLike[str] | None = None,
         strict: bool = False,
         rank_zero_only: bool = True,
+        dispatch: str = "background",
+        queue_size: int = DEFAULT_QUEUE_SIZE,
+        on_full: str = "block",
         **backend_options: Mapping[str, Any],
     ) -> None:
         backends = check_keywords(backends, project, name, strict, rank_zero_only)
+        check_dispatch(dispatch, queue_size, on_full)
         rank, world_size = detect_rank()
         self.run = RunInfo(
             project=project,
@@ -81,41 +107,20 @@ class Monitor:
             world_size=world_size,
         )
         self._dispatch = Dispatcher(strict=strict)
-        #: Failures per backend name: how many hook calls raised.
         self.failures: dict[str, int] = self._dispatch.failures
+        self._reports = self._dispatch.reports  # worker failures to report on this thread
         #: (backend, media kind) -> media values not sent there: the backend lacks the kind.
         self.media_skipped: dict[tuple[str, str], int] = self._dispatch.media_skipped
-        self._write = self._dispatch.write  # log()'s hot path: one bound method, no look-up
+        self.dispatch = dispatch  # "background" or "sync"
+        self._channel = None  # _start sets it, and dropped/undelivered, once backends started
+        self._lock = threading.RLock()  # step assignment + queueing; re-entered on SIGTERM
+        self._pid, self._forked, self._closed = os.getpid(), False, False
+        self._tags: set[str] = set()
         self._next_step = 0
         self._reducer = Reducer()  # log(reduce=...): the ranks' agreed tags
-        self._closed = False
-
-        found = discovery.select(backends, strict=strict)  # all checked before any import
-        check_backend_keys(backend_options, backends)
-        classes = {
-            k: v if isinstance(v, type) else discovery.load_backend(v) for k, v in found.items()
-        }
-        for backend_name, cls in classes.items():
-            check_options(backend_name, cls, backend_options.get(backend_name) or {})
-        if rank == 0 or not rank_zero_only:
-            try:
-                for backend_name, cls in classes.items():
-                    options = dict(backend_options.get(backend_name) or {})
-                    self._dispatch.start(backend_name, cls, self.run, options)
-            except Exception:  # a ConfigError, or any start failure with strict=True
-                self.close()
-                raise
+        self._start(backends, backend_options, rank == 0 or not rank_zero_only,
+                    (dispatch, queue_size, on_full))
         shutdown.register(self)
-
-    @staticmethod
-    def backend_name(cls: type) -> str:
-        """The name a backend class passed directly is known by: ``cls.name`` or ``__name__``."""
-        return discovery.backend_name(cls)
-
-    @property
-    def strict(self) -> bool:
-        """Whether a backend's exception is re-raised (``True``) or warned about once."""
-        return self._dispatch.strict
 
     @classmethod
     def from_config(
@@ -140,24 +145,22 @@ class Monitor:
                 error.args = (f"{os.fspath(source)}: {error.args[0]}", *error.args[1:])
             raise
 
-    @property
-    def backends(self) -> list[str]:
-        """Names of the backends this process writes to, in start order (empty off rank 0)."""
-        return [backend.name for backend in self._dispatch.backends]
-
-    # Logging ---------------------------------------------------------------------------------
-
     def log(
         self, metrics: Mapping[str, Any], step: int | None = None, *, reduce: str | None = None
     ) -> int:
         """Log scalars and media at one step, as ``wandb.log``/``accelerate.Accelerator.log`` do.
+
+        Every rule is checked here, on the caller's thread; in background mode the call is then
+        queued for every backend (all of them or none, even when a ``KeyboardInterrupt`` or
+        SIGTERM arrives) and ``log()`` returns: ``flush()`` waits for the writes.
 
         Args:
             metrics: ``{tag: value}``; nested mappings are flattened with ``/``. Values are
                 numbers or anything with ``.item()`` (numpy/torch scalars, 0-d arrays), or
                 media (``Image``, ``Histogram``, ``Text``: see ``core_monitor.media``).
             step: ``int`` with ``0 <= step < 2**63``, stored exactly, even when lower than an
-                earlier step; ``None`` for the largest step seen so far + 1 (0 at first).
+                earlier step; ``None`` for the largest step seen so far + 1 (0 at first), also
+                across threads.
             reduce: ``None``, or ``"mean"``, ``"sum"``, ``"max"``, ``"min"`` to reduce each value
                 across ranks first. A collective: every rank calls it with the same tags; one
                 ``torch.distributed.all_reduce`` per call (``core_monitor.distributed``).
@@ -167,53 +170,58 @@ class Monitor:
             The step the scalars were stored at.
 
         Raises:
-            TypeError: ``metrics`` is not a mapping, a tag is not a non-empty ``str``, a value
-                is neither a number nor media of the right type or dtype (the message names the
-                tag), or ``step`` is a ``bool``/``float``. Nothing of this call is written.
-            ValueError: ``step`` out of range or no next step after ``2**63 - 1``, or a media
-                value of a wrong shape or range (names the tag). Nothing of this call is written.
-            RuntimeError: the monitor is closed.
+            TypeError: ``metrics`` is not a mapping; a tag is not a non-empty ``str`` or is not
+                UTF-8 encodable; a value is neither a number (or its ``.item()`` raised) nor
+                media of the right type or dtype (the message names the tag and type); ``step``
+                is a ``bool``/``float``.
+            ValueError: an ``int`` value too large for a float; a media value of a wrong shape
+                or range; ``step`` out of range, or ``step=None`` after step ``2**63 - 1``.
+            RuntimeError: the monitor is closed, or this process is a fork of its creator.
             ConfigError: ``reduce`` is not an operation, or ``WORLD_SIZE`` > 1 but no process
                 group is initialised.
             core_monitor.distributed.TagMismatchError: (``reduce`` only) the ranks gave
-                different tags or operations; raised on every rank, nothing is logged.
+                different tags or operations; raised on every rank.
+            Exception: with ``strict=True``, a backend's exception from an earlier call.
+            In every case nothing of this call is written.
         """
         if self._closed:
             raise self._closed_error("log")
+        if self._reports:
+            self._dispatch.deliver()
         if reduce is not None:
             metrics = self._reducer.reduce_metrics(metrics, reduce)
-        if step is None:
-            step = self._next_step
-            if step > MAX_STEP:
-                raise ValueError(f"the next step would be {step}, past the largest step "
-                                 "2**63 - 1; pass explicit steps")
-        elif type(step) is not int or not 0 <= step <= MAX_STEP:
-            step = check_step(step)
         if not isinstance(metrics, Mapping):
             raise TypeError(f"log() takes a mapping of {{tag: value}}, not "
                             f"{type(metrics).__name__}; e.g. monitor.log({{'loss': 0.5}}, step=1)")
-        now = time.time()
-        new = tuple.__new__
-        events: list[Event] = []
-        media: list[Any] = []
-        append = events.append
-        plain = True  # every value a float under a str tag: the batch is `metrics` itself
+        known = self._tags
+        rows = None  # the common case: every tag known, every value a float
+        media: list[tuple[str, Any]] = []
         for tag, value in metrics.items():
-            if type(value) is float and type(tag) is str and tag:  # the common case, kept fast
-                append(new(Event, (tag, value, step, now)))
-                continue
-            plain = False
-            split(tag, value, step, now, events, media)  # scalars to events, media to media
-        if step >= self._next_step:
-            self._next_step = step + 1
-        if plain and events:
-            batch = OneRow(events)
-            batch.row = dict(metrics)
-            self._write(batch)
-        elif events:
-            self._write(tuple(events))
-        if media:
-            self._dispatch.write_media(media)
+            if type(value) is not float or tag not in known:
+                rows = metric_rows(metrics, known, KNOWN_TAGS, media_taker(media))
+                break
+        if step is not None and (type(step) is not int or not 0 <= step <= MAX_STEP):
+            step = check_step(step)
+        now = time.time()
+        with self._lock:
+            if self._closed:
+                raise self._closed_error("log")
+            if step is None:
+                step = self._next_step
+                if step > MAX_STEP:
+                    raise ValueError(f"the next step would be {step}, past the largest step "
+                                     "2**63 - 1; pass explicit steps")
+            if step >= self._next_step:
+                self._next_step = step + 1
+            if rows is None:
+                if metrics:
+                    self._send("monitor_write", {"events": Batch(((step, now, dict(metrics)),))})
+            elif rows:
+                self._send("monitor_write", {"events": Batch(tuple((step, now, r) for r in rows))})
+            if media:
+                items = tuple(MediaItem(tag, step, now, value) for tag, value in media)
+                if self._dispatch.skip_media(items):
+                    self._send("monitor_write_media", {"items": items})
         return step
 
     def write_events(self, events: Iterable[tuple[str, Any, int | None]]) -> None:
@@ -224,30 +232,26 @@ class Monitor:
         so far + 1), the same number for every ``None`` of this call.
 
         Raises:
-            TypeError, ValueError: as ``log`` does; nothing of this call is written.
-            RuntimeError: the monitor is closed.
+            TypeError, ValueError, RuntimeError: as ``log`` does; nothing of it is written.
         """
         if self._closed:
             raise self._closed_error("write_events")
+        if self._reports:
+            self._dispatch.deliver()
         now = time.time()
-        auto = self._next_step
-        batch = []
-        top = auto - 1
-        for item in events:
-            if not isinstance(item, Sequence) or isinstance(item, str) or len(item) != 3:
-                raise TypeError(f"event {item!r:.80} is not a (tag, value, step) tuple")
-            tag, value, step = item
-            if type(tag) is not str or not tag:
-                raise TypeError(f"event tag {tag!r} is not a non-empty str")
-            if step is None and auto > MAX_STEP:
-                raise ValueError(f"the next step would be {auto}, past the largest step "
-                                 "2**63 - 1; pass explicit steps")
-            step = auto if step is None else check_step(step)
-            top = max(top, step)
-            batch.append(Event(tag, to_float(tag, value), step, now))
-        self._next_step = max(self._next_step, top + 1)
-        if batch:
-            self._write(tuple(batch))
+        checked = check_events(events)
+        with self._lock:
+            if self._closed:
+                raise self._closed_error("write_events")
+            auto = self._next_step
+            if auto > MAX_STEP and any(step is None for _, _, step in checked):
+                raise ValueError(f"the next step would be {auto}, past the largest step 2**63 - 1;"
+                                 " pass explicit steps")
+            batch = [Event(tag, value, auto if step is None else step, now)
+                     for tag, value, step in checked]
+            self._next_step = max(auto, 1 + max((e.step for e in batch), default=auto - 1))
+            if batch:
+                self._send("monitor_write", {"events": Batch(tuple(rows_by_step(batch)))})
 
     def log_config(self, config: Any) -> None:
         """Add hyperparameters after the start, e.g. a framework's config handed over late.
@@ -262,53 +266,64 @@ class Monitor:
             config: a mapping, dataclass instance, ``argparse.Namespace`` or ``None``.
 
         Raises:
-            RuntimeError: the monitor is closed.
+            RuntimeError: the monitor is closed (or belongs to the parent of this process).
         """
         if self._closed:
             raise self._closed_error("log_config")
         update = sanitize_config(config)
         if not update:
             return
-        self.run = dataclasses.replace(
-            self.run, config=MappingProxyType({**self.run.config, **update})
-        )
-        self._dispatch.warn_lacking("monitor_config", "the config given to log_config() is not "
-                                    "stored there (it was stored by the other backends)")
-        self._dispatch.call("monitor_config", config=update)
+        with self._lock:
+            self.run = dataclasses.replace(
+                self.run, config=MappingProxyType({**self.run.config, **update})
+            )
+            self._dispatch.warn_lacking("monitor_config", "the config given to log_config() is "
+                                        "not stored there (it was stored by the other backends)")
+            self._send("monitor_config", {"config": update})
 
-    def flush(self) -> None:
-        """Ask every backend to make what it has so far durable and readable (no-op once closed)."""
-        if not self._closed:
-            self._dispatch.call("monitor_flush")
+    def flush(self, timeout: float | None = None) -> None:
+        """Return once every backend has written and flushed (``monitor_flush``) everything
+        logged before this call: it is then readable by each backend's own reader.
 
-    def close(self) -> None:
-        """Flush and close every backend, in reverse start order. A second call does nothing.
+        Args:
+            timeout: seconds to wait in all (background mode), ``None`` for no limit.
 
-        Every backend is flushed and closed even when another one raises.
+        Raises:
+            FlushTimeout: the time ran out; ``.pending``: calls not yet written, per backend.
+            Exception: with ``strict=True``, a backend's exception.
+
+        A no-op once closed, and in a forked child (the monitor belongs to its parent).
         """
         if self._closed:
             return
-        self._closed = True
+        if self._reports:
+            self._dispatch.deliver()
+        if self._channel is not None:
+            self._channel.flush(self._lock, timeout)
+
+    def close(self, timeout: float | None = None) -> None:
+        """Write what is queued, then flush and close every backend in reverse start order.
+
+        Args:
+            timeout: seconds each backend gets to write its queued calls (all drain at once);
+                ``None`` waits. A backend still busy then is neither flushed nor closed; its
+                queued calls are counted in ``undelivered`` and reported (``BackendWarning``).
+                At exit and on SIGTERM the limit is ``core_monitor.shutdown.EXIT_TIMEOUT``.
+
+        Every backend is flushed and closed even when another one raises; a second call, or
+        one in a forked child, does nothing. Calls dropped (``on_full="drop"``) are reported.
+
+        Raises:
+            Exception: with ``strict=True``, the first exception a backend raised.
+        """
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            if self._channel is not None:
+                self._channel.queue_stop()
         shutdown.unregister(self)
-        self._dispatch.close()
-
-    @property
-    def closed(self) -> bool:
-        """Whether ``close()`` has run."""
-        return self._closed
-
-    def __enter__(self) -> Monitor:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        state = "closed" if self._closed else "open"
-        return f"<Monitor {self.run.project}/{self.run.name} {self.backends} {state}>"
-
-    def _closed_error(self, method: str) -> RuntimeError:
-        return RuntimeError(
-            f"{method}() on the closed Monitor of run {self.run.name!r}; call it before "
-            "close(), or create a new Monitor"
-        )
+        if self._channel is None:  # a backend failed to start: close the started ones
+            self._dispatch.close()
+        else:
+            self._channel.close(timeout)

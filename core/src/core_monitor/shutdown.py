@@ -4,7 +4,18 @@ It holds "things that can be closed" (any object with a ``close()`` method), nev
 as such: ``Monitor`` registers itself when it starts and unregisters itself when it closes. At
 interpreter exit (``atexit``) and on SIGTERM every object still registered is closed, newest
 first, so rows a backend buffers are not lost when a script forgets ``close()`` or is
-terminated (e.g. by a scheduler's SIGTERM before SIGKILL).
+terminated (e.g. by a scheduler's SIGTERM before SIGKILL). Closing drains each backend's queue
+for at most ``EXIT_TIMEOUT`` seconds (what is left is reported, not lost silently).
+
+Only objects of this process are closed. A forked child (``os.fork``, ``multiprocessing``'s
+fork start method, DataLoader workers) inherits the parent's objects but none of its threads.
+Just before a fork (``os.register_at_fork``) each registered object's ``before_fork()`` holds
+its lock and has its backends write and flush what they hold (so no half-filled buffer is
+copied into the child; ``after_fork_in_parent()`` lets go); right after it, in the child,
+``after_fork_in_child()`` makes it inert and the child's registry starts empty, so the child's
+``sys.exit``, atexit and SIGTERM never flush, close or finish the parent's runs, and the child
+exits at once. A child started with ``spawn`` or ``forkserver`` imports afresh: a ``Monitor``
+it creates is an ordinary new run.
 """
 
 from __future__ import annotations
@@ -19,10 +30,22 @@ from typing import Any, Protocol
 logger = logging.getLogger("core_monitor")
 
 
-class Closeable(Protocol):
-    """What the registry holds: an object whose ``close()`` may be called once more."""
+#: Seconds each backend gets to write its queued calls when closing at exit or on SIGTERM
+#: (``Monitor.close(timeout=...)``); schedulers usually wait 30 s or more before SIGKILL.
+EXIT_TIMEOUT = 20.0
 
-    def close(self) -> None: ...
+
+class Closeable(Protocol):
+    """What the registry holds: an object whose ``close(timeout)`` may be called once more and
+    that can be made inert in a forked child."""
+
+    def close(self, timeout: float | None = None) -> None: ...
+
+    def before_fork(self) -> None: ...
+
+    def after_fork_in_parent(self) -> None: ...
+
+    def after_fork_in_child(self) -> None: ...
 
 
 #: Objects not yet closed, oldest first. Strong references: a monitor the user dropped without
@@ -51,16 +74,58 @@ def unregister(closeable: Closeable) -> None:
 
 
 def close_all() -> None:
-    """Close every registered object of this process, newest first. Called at exit.
+    """Close every registered object of this process, newest first, each backend draining
+    for at most ``EXIT_TIMEOUT`` seconds. Called at exit and on SIGTERM.
 
     An exception from one ``close()`` is logged (logger ``core_monitor``) and the others are
     still closed: at exit there is nobody left to raise to.
     """
     for closeable in reversed(list(_open.values())):
         try:
-            closeable.close()
+            closeable.close(timeout=EXIT_TIMEOUT)
         except Exception:
             logger.exception("closing %r at exit failed", closeable)
+
+
+def _before_fork() -> None:
+    for closeable in list(_open.values()):
+        try:
+            closeable.before_fork()
+        except Exception:  # never make the fork fail
+            logger.exception("flushing %r before a fork failed", closeable)
+
+
+def _after_fork_in_parent() -> None:
+    for closeable in list(_open.values()):
+        try:
+            closeable.after_fork_in_parent()
+        except Exception:
+            logger.exception("resuming %r after a fork failed", closeable)
+
+
+def _after_fork_in_child() -> None:
+    """In a forked child: make every inherited object inert, forget them all, and give SIGTERM
+    back the handling it had before the safety net (a pool's worker dies of it at once)."""
+    global _sigterm_installed
+    inherited = list(_open.values())
+    _open.clear()
+    if _sigterm_installed and signal.getsignal(signal.SIGTERM) is _on_sigterm:
+        previous = _previous_sigterm if _previous_sigterm is not None else signal.SIG_DFL
+        try:
+            signal.signal(signal.SIGTERM, previous)
+            _sigterm_installed = False
+        except (ValueError, OSError):  # not the main thread: the handler then closes nothing
+            pass
+    for closeable in inherited:
+        try:
+            closeable.after_fork_in_child()
+        except Exception:  # never let the child's start fail because of the parent's monitor
+            logger.exception("making %r inert in a forked child failed", closeable)
+
+
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent,
+                        after_in_child=_after_fork_in_child)
 
 
 def _install_sigterm() -> None:

@@ -35,6 +35,11 @@ plugin (entry point ``pytest11``), so its fixtures need no ``conftest.py`` impor
 ``monitor_factory`` fixture (a ``MonitorFactory``: real monitors, closed at teardown) serves any
 test that builds monitors.
 
+What the core guarantees a backend (so a backend need not be thread-safe): its hooks are never
+called concurrently (one worker thread per backend in background dispatch, a lock in sync
+mode), they may run on a thread other than the constructor's, batches arrive in the order
+logged, and no hook is ever called from a forked child of the process that built it.
+
 Modules: ``contract`` (``MonitorContract``: fixtures and assertions), ``_steps`` (the step and
 value checks), ``_runs`` (flush, close, runs, ranks, config, imports), ``_media`` (images,
 histograms, text), ``_messages`` (what a failure says), ``factory`` (``MonitorFactory``).

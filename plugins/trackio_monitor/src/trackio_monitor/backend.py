@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,7 @@ from core_monitor.events import rows_by_step
 
 from . import _compat, folder, media
 from ._compat import RESERVED_TAGS
-from .reader import CONFIG_PREFIX, RENAME_PREFIX, stored_name
+from .reader import CONFIG_PREFIX, RENAME_PREFIX, count_rows, stored_name
 
 _RESUME = ("never", "allow", "must")
 
@@ -47,6 +48,8 @@ class TrackioMonitor:
             project name is one Trackio refuses, ``resume="must"`` finds no run, or another
             Trackio run of this process writes to a different folder (Trackio has one folder per
             process).
+        OSError: the Trackio folder under ``log_dir`` cannot be created or written (e.g.
+            ``log_dir`` is a regular file); the message names the path.
         BackendLoadError: the installed Trackio lacks an internal the plugin uses (see
             ``check_sdk``).
     """
@@ -106,6 +109,8 @@ class TrackioMonitor:
             else Path(run.log_dir).expanduser().resolve() / folder.SUBDIR
         )
         try:
+            if not self._remote:  # Trackio itself would accept every row and store none
+                folder.check_writable(self._dir, run.log_dir)
             with _compat.stdout_hidden(quiet):
                 if self._remote:
                     self._run: Any = _compat.init_remote(
@@ -119,6 +124,10 @@ class TrackioMonitor:
                         auto_log_gpu=auto_log_gpu, auto_log_cpu=auto_log_cpu,
                     )
             _compat.check_run(self._run)
+            self._db = self._dir / SQLiteStorage.get_project_db_filename(run.project)
+            #: Rows of this run already in the database (a resumed run) + rows sent since.
+            self._expected = 0 if self._remote else count_rows(self._db, self._run.id)
+            self._missing = 0  # rows found missing so far (each loss is reported once)
         except BaseException:
             folder.release(self._dir)
             raise
@@ -142,6 +151,7 @@ class TrackioMonitor:
                 log(row, step=step)
             else:
                 self._log_new_tags(row, step)
+            self._expected += 1
 
     def _log_new_tags(self, row: dict[str, float], step: int) -> None:
         reserved = [t for t in row if t in RESERVED_TAGS or t.startswith(RENAME_PREFIX)]
@@ -173,9 +183,31 @@ class TrackioMonitor:
 
         With ``space_id``/``server_url`` Trackio's own thread sends the rows (every 0.5 s);
         flushing does not force a send.
+
+        Raises:
+            OSError: rows sent to Trackio are not in its database: Trackio's writer (this flush
+                or its own thread) failed to store them and only warned (e.g. the database
+                was removed or the disk is full). Each loss is raised once.
         """
         if self._run is not None and not self._remote:
             _compat.flush_now(self._run)
+            self._check_landed(self._run.id)
+
+    def _check_landed(self, run_id: str) -> None:
+        """Raise ``OSError`` when fewer rows of this run are stored than were sent."""
+        try:
+            stored = count_rows(self._db, run_id)
+        except sqlite3.Error as error:
+            raise OSError(f"trackio: cannot read back the run's rows from {self._db}: {error}; "
+                          "the rows sent may be lost") from error
+        missing = self._expected - stored
+        if missing > self._missing:
+            lost, self._missing = missing - self._missing, missing
+            raise OSError(
+                f"trackio: {lost} row(s) sent to Trackio are not in {self._db} ({stored} of "
+                f"{self._expected} stored): Trackio's writer failed to store them and only "
+                "warned; check that the folder is writable and the disk not full"
+            )
 
     @hookimpl
     def monitor_close(self) -> None:
@@ -188,6 +220,8 @@ class TrackioMonitor:
                 _compat.flush_now(run)
             with _compat.stdout_hidden(self._quiet):
                 run.finish()
+            if not self._remote:
+                self._check_landed(run.id)
         finally:
             folder.release(self._dir)
 

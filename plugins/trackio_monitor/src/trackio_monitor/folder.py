@@ -91,6 +91,27 @@ def release(folder: Path) -> None:
         _home = None
 
 
+def check_writable(folder: Path, log_dir: str | os.PathLike[str] | None) -> None:
+    """Create ``folder`` if needed and check that a file can be created in it.
+
+    Raises:
+        OSError: it cannot (``log_dir`` is a regular file, a read-only folder, ...); the
+            message names ``folder`` and the ``log_dir`` given.
+    """
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / f".write-check-{os.getpid()}"
+        probe.touch()
+        probe.unlink()
+    except OSError as error:
+        given = "Trackio's own folder" if log_dir is None else f"log_dir={os.fspath(log_dir)!r}"
+        raise OSError(
+            error.errno,
+            f"trackio: cannot write to {folder} ({given}): {error.strerror or error}; give a "
+            "log_dir that is a writable folder",
+        ) from error
+
+
 def is_home(folder: Path) -> bool:
     """Whether ``folder`` is Trackio's own folder (not one the plugin pointed it at)."""
     return folder == (_home or _compat.trackio_home()).resolve()

@@ -115,6 +115,27 @@ def read_config(run: RunInfo) -> dict[str, Any]:
     }
 
 
+def count_rows(db: Path, run_id: str) -> int:
+    """How many rows (steps logged) of the run ``run_id`` the database ``db`` holds; 0 when
+    the database or its ``metrics`` table does not exist yet.
+
+    Raises:
+        sqlite3.Error: the database cannot be read.
+    """
+    if not db.exists():
+        return 0
+    with contextlib.closing(sqlite3.connect(db, timeout=30)) as conn:
+        try:
+            (count,) = conn.execute(
+                "SELECT COUNT(*) FROM metrics WHERE run_id = ?", (run_id,)
+            ).fetchone()
+        except sqlite3.OperationalError as error:
+            if "no such table" in str(error):
+                return 0
+            raise
+    return int(count)
+
+
 def _database(run: RunInfo) -> Path:
     from trackio.sqlite_storage import SQLiteStorage
 

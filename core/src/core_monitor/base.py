@@ -1,0 +1,133 @@
+"""``MonitorBase``: what a ``Monitor`` is besides its logging API: the process it belongs to
+(fork handling, called by ``core_monitor.shutdown``), its context manager and read-only views.
+``core_monitor.monitor.Monitor`` builds on it and sets every attribute used here.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from . import discovery
+from .channel import FORK_FLUSH_TIMEOUT, Channel
+from .settings import check_backend_keys, check_options
+
+if TYPE_CHECKING:
+    from .dispatch import Dispatcher
+    from .run import RunInfo
+
+
+class MonitorBase:
+    """Process ownership and read-only views of a ``Monitor`` (see its docstring)."""
+
+    run: RunInfo
+    _dispatch: Dispatcher
+    _channel: Channel | None
+    _lock: Any  # threading.RLock
+    _pid: int
+    _forked: bool
+    _closed: bool
+    _fork_locked: bool = False
+    _send: Any
+    dropped: dict[str, int]
+    undelivered: dict[str, int]
+
+    def close(self, timeout: float | None = None) -> None:  # defined by Monitor
+        raise NotImplementedError
+
+    def _start(self, backends: list[str | type], backend_options: Mapping[str, Any],
+               write: bool, mode: tuple[str, int, str]) -> None:
+        """Select, load and check every backend (each name and option before any import),
+        start them when this rank ``write``s, then open the ``Channel`` of ``mode``
+        (``dispatch``, ``queue_size``, ``on_full``). A failure closes what started."""
+        found = discovery.select(backends, strict=self._dispatch.strict)  # before any import
+        check_backend_keys(backend_options, backends)
+        classes = {
+            k: v if isinstance(v, type) else discovery.load_backend(v) for k, v in found.items()
+        }
+        for backend_name, cls in classes.items():
+            check_options(backend_name, cls, backend_options.get(backend_name) or {})
+        if write:
+            try:
+                for backend_name, cls in classes.items():
+                    options = dict(backend_options.get(backend_name) or {})
+                    self._dispatch.start(backend_name, cls, self.run, options)
+            except Exception:  # a ConfigError, or any start failure with strict=True
+                self.close()
+                raise
+        self._channel = channel = Channel(self._dispatch, *mode)
+        self._send = channel.send  # log()'s hot path: one bound method, no look-up
+        self.dropped, self.undelivered = channel.dropped, channel.undelivered
+
+    @staticmethod
+    def backend_name(cls: type) -> str:
+        """The name a backend class passed directly is known by: ``cls.name`` or ``__name__``."""
+        return discovery.backend_name(cls)
+
+    @property
+    def strict(self) -> bool:
+        """Whether a backend's exception is re-raised (``True``) or warned about once."""
+        return self._dispatch.strict
+
+    @property
+    def backends(self) -> list[str]:
+        """Names of the backends this process writes to, in start order (empty off rank 0)."""
+        return [backend.name for backend in self._dispatch.backends]
+
+    def before_fork(self) -> None:
+        """Before this process forks (``core_monitor.shutdown`` calls it): hold the lock (no
+        call is half-queued or half-written) and have every backend write and flush what it
+        holds, within ``FORK_FLUSH_TIMEOUT`` seconds, so the child copies no buffered rows that
+        it could write a second time. ``after_fork_in_parent`` lets the lock go. A lock
+        held longer than that (another thread waiting for room in a hung backend's queue) is
+        not waited for: the fork goes ahead unflushed."""
+        self._fork_locked = self._lock.acquire(timeout=FORK_FLUSH_TIMEOUT)
+        if self._fork_locked and self._channel is not None:
+            self._channel.flush_before_fork()
+
+    def after_fork_in_parent(self) -> None:
+        """Let go of the lock ``before_fork`` took."""
+        if self._fork_locked:
+            self._fork_locked = False
+            self._lock.release()
+
+    def after_fork_in_child(self) -> None:
+        """Make this monitor inert in a forked child (``core_monitor.shutdown`` calls it).
+
+        No thread of the parent exists in the child and no queued call is kept; nothing is
+        ever sent to a backend again from here (the parent owns the runs).
+        """
+        self._closed = self._forked = True
+        self._lock = threading.RLock()  # another thread may have held it at the fork
+        if self._channel is not None:
+            self._channel.forget()
+
+    @property
+    def closed(self) -> bool:
+        """Whether ``close()`` has run (also ``True`` in a forked child)."""
+        return self._closed
+
+    def __enter__(self) -> MonitorBase:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"<Monitor {self.run.project}/{self.run.name} {self.backends} {state}>"
+
+    def _closed_error(self, method: str) -> RuntimeError:
+        if self._forked:
+            return RuntimeError(
+                f"{method}() in process {os.getpid()} on the Monitor of run {self.run.name!r}, "
+                f"created by process {self._pid}: this process is a fork of it, and a forked "
+                "child never writes to its parent's runs. Log from the parent, or create a new "
+                "Monitor in the child (a run of its own)"
+            )
+        return RuntimeError(
+            f"{method}() on the closed Monitor of run {self.run.name!r}; call it before "
+            "close(), or create a new Monitor"
+        )
