@@ -3,7 +3,9 @@ tag and nothing of the call is written), sent to each backend only in the kinds 
 and never a reason for numpy to be imported with ``core_monitor``.
 
 The backends here are written for these tests (they keep what the hooks receive); the
-first-party plugins prove storage through the contract kit's media checks.
+first-party plugins prove storage through the contract kit's media checks. Most tests use
+``dispatch="sync"`` to read what a backend got right after ``log()``; the routing is the same in
+background mode (the last test).
 """
 
 from __future__ import annotations
@@ -68,7 +70,7 @@ def instance(monitor, name):
 
 @pytest.fixture
 def keeper(monitor_factory):
-    monitor = monitor_factory([Keeper], project="p")
+    monitor = monitor_factory([Keeper], project="p", dispatch="sync")
     return monitor, instance(monitor, "keeper")
 
 
@@ -174,7 +176,7 @@ def test_a_plain_object_is_refused_pointing_at_the_media_types(keeper):
 
 
 def test_kinds_a_backend_does_not_store_are_reported_once_and_counted(monitor_factory):
-    monitor = monitor_factory([Keeper, TextOnly, Scalars], project="p")
+    monitor = monitor_factory([Keeper, TextOnly, Scalars], project="p", dispatch="sync")
     with pytest.warns(BackendWarning) as caught:
         for step in range(3):
             monitor.log({"loss": 1.0, "img": Image(np.zeros((1, 1), np.uint8)),
@@ -192,7 +194,7 @@ def test_kinds_a_backend_does_not_store_are_reported_once_and_counted(monitor_fa
 
 
 def test_a_backend_failing_on_media_does_not_stop_the_others(monitor_factory):
-    monitor = monitor_factory([Broken, Keeper], project="p")
+    monitor = monitor_factory([Broken, Keeper], project="p", dispatch="sync")
     with pytest.warns(BackendWarning, match="'broken' failed in monitor_write_media"):
         monitor.log({"notes": Text("a")}, step=0)
     with warnings.catch_warnings():
@@ -203,7 +205,7 @@ def test_a_backend_failing_on_media_does_not_stop_the_others(monitor_factory):
 
 
 def test_strict_reraises_a_media_failure_after_the_others_got_it(monitor_factory):
-    monitor = monitor_factory([Broken, Keeper], project="p", strict=True)
+    monitor = monitor_factory([Broken, Keeper], project="p", strict=True, dispatch="sync")
     with pytest.raises(OSError, match="disk full"):
         monitor.log({"notes": Text("a")}, step=0)
     assert [i.value.text for i in instance(monitor, "keeper").items] == ["a"]
@@ -212,7 +214,7 @@ def test_strict_reraises_a_media_failure_after_the_others_got_it(monitor_factory
 def test_ranks_that_write_nothing_still_validate_media(monitor_factory, monkeypatch):
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setenv("WORLD_SIZE", "2")
-    monitor = monitor_factory([Keeper], project="p")
+    monitor = monitor_factory([Keeper], project="p", dispatch="sync")
     assert monitor.backends == []
     assert monitor.log({"img": Image(np.zeros((1, 1), np.uint8))}, step=0) == 0
     with pytest.raises(ValueError, match="'img'"):
@@ -226,3 +228,18 @@ def test_capabilities_refuse_an_unknown_media_kind():
     with pytest.raises(TypeError, match=r"Typo\.media_kinds.*\['histogram', 'image', 'text'\]"):
         Capabilities.of(Typo)
     assert Capabilities.of(Keeper).media_kinds == {"image", "histogram", "text"}
+
+
+def test_background_dispatch_sends_each_backend_its_kinds_off_the_callers_thread(monitor_factory):
+    import threading
+
+    monitor = monitor_factory([Keeper, TextOnly], project="p")  # dispatch="background"
+    assert monitor.dispatch == "background"
+    with pytest.warns(BackendWarning, match="'textonly' does not store image"):
+        monitor.log({"img": Image(np.zeros((2, 2), np.uint8)), "notes": Text("t")}, step=4)
+    monitor.flush()
+    assert [(i.tag, i.step) for i in instance(monitor, "keeper").items] == [
+        ("img", 4), ("notes", 4)]
+    assert [(i.tag, i.step) for i in instance(monitor, "textonly").items] == [("notes", 4)]
+    assert monitor.media_skipped == {("textonly", "image"): 1}
+    assert threading.active_count() >= 3  # the caller's thread and one worker per backend

@@ -131,16 +131,16 @@ class Dispatcher:
             if instance is not None and self._pm.is_registered(instance):
                 self._pm.unregister(instance)
             return None
-        backend = Backend(name, instance, hooks)
-        self.backends.append(backend)
-        if "monitor_write" in hooks:
-            self._writers.append((name, hooks["monitor_write"]))
         declared = getattr(cls, "media_kinds", ())
         kinds = self._media_kinds[name] = (
             MEDIA_KINDS.intersection(declared) if "monitor_write_media" in hooks else frozenset()
         )
         if kinds:  # the hook gets only its kinds, wherever it runs (caller's or worker thread)
             hooks["monitor_write_media"] = _only_kinds(hooks["monitor_write_media"], kinds)
+        backend = Backend(name, instance, hooks)
+        self.backends.append(backend)
+        if "monitor_write" in hooks:
+            self._writers.append((name, hooks["monitor_write"]))
         return backend
 
     def _hooks_of(self, name: str, instance: object) -> dict[str, Callable[..., Any]]:
