@@ -1,5 +1,6 @@
-"""``MonitorBase``: what a ``Monitor`` is besides its logging API: the process it belongs to
-(fork handling, called by ``core_monitor.shutdown``), its context manager and read-only views.
+"""``MonitorBase``: what a ``Monitor`` is besides its logging API: starting its backends,
+``flush`` and ``close``, the process it belongs to (fork handling, called by
+``core_monitor.shutdown``), its context manager and read-only views.
 ``core_monitor.monitor.Monitor`` builds on it and sets every attribute used here.
 """
 
@@ -10,7 +11,7 @@ import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from . import discovery
+from . import discovery, shutdown
 from .channel import FORK_FLUSH_TIMEOUT, Channel
 from .settings import check_backend_keys, check_options
 
@@ -31,11 +32,9 @@ class MonitorBase:
     _closed: bool
     _fork_locked: bool = False
     _send: Any
+    _reports: Any  # Dispatcher.reports
     dropped: dict[str, int]
     undelivered: dict[str, int]
-
-    def close(self, timeout: float | None = None) -> None:  # defined by Monitor
-        raise NotImplementedError
 
     def _start(self, backends: list[str | type], backend_options: Mapping[str, Any],
                write: bool, mode: tuple[str, int, str]) -> None:
@@ -60,6 +59,53 @@ class MonitorBase:
         self._channel = channel = Channel(self._dispatch, *mode)
         self._send = channel.send  # log()'s hot path: one bound method, no look-up
         self.dropped, self.undelivered = channel.dropped, channel.undelivered
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Return once every backend has written and flushed (``monitor_flush``) everything
+        logged before this call: it is then readable by each backend's own reader.
+
+        Args:
+            timeout: seconds to wait in all (background mode), ``None`` for no limit.
+
+        Raises:
+            FlushTimeout: the time ran out; ``.pending``: calls not yet written, per backend.
+            Exception: with ``strict=True``, a backend's exception.
+
+        A no-op once closed, and in a forked child (the monitor belongs to its parent).
+        """
+        if self._closed:
+            return
+        if self._reports:
+            self._dispatch.deliver()
+        if self._channel is not None:
+            self._channel.flush(self._lock, timeout)
+
+    def close(self, timeout: float | None = None) -> None:
+        """Write what is queued, then flush and close every backend in reverse start order.
+
+        Args:
+            timeout: seconds each backend gets to write its queued calls (all drain at once);
+                ``None`` waits. A backend still busy then is neither flushed nor closed; its
+                queued calls are counted in ``undelivered`` and reported (``BackendWarning``).
+                At exit and on SIGTERM the limit is ``core_monitor.shutdown.EXIT_TIMEOUT``.
+
+        Every backend is flushed and closed even when another one raises; a second call, or
+        one in a forked child, does nothing. Calls dropped (``on_full="drop"``) are reported.
+
+        Raises:
+            Exception: with ``strict=True``, the first exception a backend raised.
+        """
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            if self._channel is not None:
+                self._channel.queue_stop()
+        shutdown.unregister(self)
+        if self._channel is None:  # a backend failed to start: close the started ones
+            self._dispatch.close()
+        else:
+            self._channel.close(timeout)
 
     @staticmethod
     def backend_name(cls: type) -> str:

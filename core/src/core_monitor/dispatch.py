@@ -1,26 +1,19 @@
 """Per-backend dispatch and the failure policy: how one call reaches every started backend.
 
 pluggy validates each backend (hook names and signatures against ``core_monitor.hookspecs``);
-the core then takes each hook's function and calls it itself, one backend at a time, in start
-order, so that one backend raising never stops the others. The policy for a backend that
-raises:
-
-* the other backends still get the call;
-* the failure is counted per backend (``Dispatcher.failures``);
-* without ``strict``: the first failure of a backend is reported once, as a ``BackendWarning``
-  and on the ``core_monitor`` logger, the later ones are only counted;
-* with ``strict``: the first exception is kept and re-raised once every backend got the call.
+the core then calls each hook's function itself, one backend at a time, in start order, so that
+one backend raising never stops the others: they still get the call, the failure is counted
+(``Dispatcher.failures``), and without ``strict`` the first failure of a backend is reported
+once (a ``BackendWarning`` and the ``core_monitor`` logger), the later ones only counted; with
+``strict`` the first exception is re-raised once every backend got the call.
 
 In background mode (``core_monitor.worker``) a backend fails on its own thread: the failure is
 counted and logged there at once, and reported (the ``BackendWarning``, or the strict
 re-raise) on the caller's thread at its next ``log``, ``flush`` or ``close`` (``deliver``).
 
-Because the core calls the functions directly, a hook option that changes how pluggy would
-order or wrap the calls (``wrapper``, ``hookwrapper``, ``tryfirst``, ``trylast``) cannot be
-honoured: a backend declaring one is refused when it starts, like any backend that fails to
-start (reported and set aside; raised with ``strict``).
-
-This module knows backends and the policy; ``core_monitor.channel`` and ``.monitor`` build on it.
+A hook option that changes how pluggy would order or wrap calls (``wrapper``, ``hookwrapper``,
+``tryfirst``, ``trylast``) cannot be honoured: such a backend is refused when it starts, like
+any that fails to start. ``core_monitor.channel`` and ``.monitor`` build on this module.
 """
 
 from __future__ import annotations
@@ -36,7 +29,7 @@ import pluggy
 from . import hookspecs
 from .errors import BackendWarning, ConfigError, caller_level
 from .events import Event
-from .media import MEDIA_KINDS, MediaItem
+from .routing import MediaRoutes
 from .run import RunInfo
 
 logger = logging.getLogger("core_monitor")
@@ -87,16 +80,16 @@ class Dispatcher:
     def __init__(self, *, strict: bool) -> None:
         self.strict = strict
         self.failures: dict[str, int] = {}
-        self.media_skipped: dict[tuple[str, str], int] = {}
+        #: Which media kinds each backend gets; ``media.skip`` counts the others.
+        self.media = MediaRoutes()
+        self.media_skipped = self.media.skipped
         self.backends: list[Backend] = []
         self._pending: BaseException | None = None
         #: Failures of worker threads not yet reported on the caller's thread.
         self.reports: deque[tuple[str, str, Exception]] = deque()
-        self._told: set[tuple[str, ...]] = set()  # (backend, hook) and ("media", backend, kind)
+        self._told: set[tuple[str, str]] = set()  # (backend, optional hook) warned about
         #: (name, monitor_write function) per backend: ``write`` runs on every ``log()``.
         self._writers: list[tuple[str, Callable[..., Any]]] = []
-        #: Backend name -> the media kinds it is sent (declared and with the hook).
-        self._media_kinds: dict[str, frozenset[str]] = {}
         self._pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
         self._pm.add_hookspecs(hookspecs)
 
@@ -131,12 +124,7 @@ class Dispatcher:
             if instance is not None and self._pm.is_registered(instance):
                 self._pm.unregister(instance)
             return None
-        declared = getattr(cls, "media_kinds", ())
-        kinds = self._media_kinds[name] = (
-            MEDIA_KINDS.intersection(declared) if "monitor_write_media" in hooks else frozenset()
-        )
-        if kinds:  # the hook gets only its kinds, wherever it runs (caller's or worker thread)
-            hooks["monitor_write_media"] = _only_kinds(hooks["monitor_write_media"], kinds)
+        self.media.add(name, getattr(cls, "media_kinds", ()), hooks)
         backend = Backend(name, instance, hooks)
         self.backends.append(backend)
         if "monitor_write" in hooks:
@@ -195,36 +183,6 @@ class Dispatcher:
                 self.failed(name, "monitor_write", error)
         if self._pending is not None:
             self.raise_pending()
-
-    def skip_media(self, items: Sequence[MediaItem]) -> bool:
-        """Count, on the caller's thread, the media items each backend does not store; return
-        whether any backend stores any of them (then ``send("monitor_write_media", ...)``:
-        each backend's hook is wrapped to take only its own kinds).
-
-        A kind a backend does not store is reported once per (backend, kind) as a
-        ``BackendWarning``, then only counted in ``media_skipped``. Not a failure.
-        """
-        wanted = False
-        for backend in self.backends:
-            kinds = self._media_kinds[backend.name]
-            for item in items:
-                if item.value.kind in kinds:
-                    wanted = True
-                else:
-                    self._skip_media(backend.name, item)
-        return wanted
-
-    def _skip_media(self, name: str, item: MediaItem) -> None:
-        key = (name, item.value.kind)
-        self.media_skipped[key] = self.media_skipped.get(key, 0) + 1
-        if ("media", *key) not in self._told:
-            self._told.add(("media", *key))
-            warnings.warn(
-                f"backend {name!r} does not store {item.value.kind} media (its class "
-                f"declares media_kinds = {sorted(self._media_kinds[name])}): {item.tag!r} "
-                "and later values of that kind are not sent to it (the other backends store "
-                "them); Monitor.media_skipped counts them", BackendWarning,
-                stacklevel=caller_level())
 
     def send(self, hook: str, kwargs: dict[str, Any]) -> None:
         """``call(hook, **kwargs)``: the sync-mode counterpart of ``Workers.send``."""
@@ -336,20 +294,7 @@ class Dispatcher:
 
 
 def _message(name: str, hook: str, error: BaseException) -> str:
-    return (
-        f"backend {name!r} failed in {hook}: {type(error).__name__}: {error}. "
-        "The other backends carry on; further failures of this backend are counted in "
-        "Monitor.failures, not reported (strict=True raises instead)."
-    )
+    return (f"backend {name!r} failed in {hook}: {type(error).__name__}: {error}. The other "
+            "backends carry on; further failures of this backend are counted in "
+            "Monitor.failures, not reported (strict=True raises instead).")
 
-
-def _only_kinds(hook: Callable[..., Any], kinds: frozenset[str]) -> Callable[..., Any]:
-    """``hook`` (a backend's ``monitor_write_media``) called with only the items of ``kinds``,
-    and not at all when none is left."""
-
-    def monitor_write_media(items: Sequence[MediaItem]) -> None:
-        mine = tuple(item for item in items if item.value.kind in kinds)
-        if mine:
-            hook(items=mine)
-
-    return monitor_write_media

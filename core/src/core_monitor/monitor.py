@@ -220,7 +220,7 @@ class Monitor(MonitorBase):
                 self._send("monitor_write", {"events": Batch(tuple((step, now, r) for r in rows))})
             if media:
                 items = tuple(MediaItem(tag, step, now, value) for tag, value in media)
-                if self._dispatch.skip_media(items):
+                if self._dispatch.media.skip(self.backends, items):
                     self._send("monitor_write_media", {"items": items})
         return step
 
@@ -280,50 +280,3 @@ class Monitor(MonitorBase):
             self._dispatch.warn_lacking("monitor_config", "the config given to log_config() is "
                                         "not stored there (it was stored by the other backends)")
             self._send("monitor_config", {"config": update})
-
-    def flush(self, timeout: float | None = None) -> None:
-        """Return once every backend has written and flushed (``monitor_flush``) everything
-        logged before this call: it is then readable by each backend's own reader.
-
-        Args:
-            timeout: seconds to wait in all (background mode), ``None`` for no limit.
-
-        Raises:
-            FlushTimeout: the time ran out; ``.pending``: calls not yet written, per backend.
-            Exception: with ``strict=True``, a backend's exception.
-
-        A no-op once closed, and in a forked child (the monitor belongs to its parent).
-        """
-        if self._closed:
-            return
-        if self._reports:
-            self._dispatch.deliver()
-        if self._channel is not None:
-            self._channel.flush(self._lock, timeout)
-
-    def close(self, timeout: float | None = None) -> None:
-        """Write what is queued, then flush and close every backend in reverse start order.
-
-        Args:
-            timeout: seconds each backend gets to write its queued calls (all drain at once);
-                ``None`` waits. A backend still busy then is neither flushed nor closed; its
-                queued calls are counted in ``undelivered`` and reported (``BackendWarning``).
-                At exit and on SIGTERM the limit is ``core_monitor.shutdown.EXIT_TIMEOUT``.
-
-        Every backend is flushed and closed even when another one raises; a second call, or
-        one in a forked child, does nothing. Calls dropped (``on_full="drop"``) are reported.
-
-        Raises:
-            Exception: with ``strict=True``, the first exception a backend raised.
-        """
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            if self._channel is not None:
-                self._channel.queue_stop()
-        shutdown.unregister(self)
-        if self._channel is None:  # a backend failed to start: close the started ones
-            self._dispatch.close()
-        else:
-            self._channel.close(timeout)

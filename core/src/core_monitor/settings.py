@@ -9,8 +9,7 @@ environment take the same settings; the rules they share live here once:
 * ``check_backend_keys``: any other key names a backend: a selected one's options are used, an
   installed unselected one's ignored (never constructed), any other key is an error;
 * ``check_options``: a selected backend's options against its class's signature;
-* ``backend_sections``: ``{"wandb": {"enabled": true, ...}}`` sections, DeepSpeed's convention;
-* ``load_monitor_config``: the TOML/JSON file (or mapping), read into ``Monitor`` keywords.
+* ``backend_sections`` (DeepSpeed's ``{"wandb": {"enabled": true}}``), ``load_monitor_config``.
 """
 
 from __future__ import annotations
