@@ -58,7 +58,9 @@ class MlflowMonitor:
     tag (+1 ms after the previous point of that tag when needed), so that MLflow, which orders a
     metric's history by timestamp and drops an exactly identical point, keeps every point in
     the order it was logged. Tags MLflow would refuse are escaped (``mlflow_monitor.storage``).
-    The config is stored as params (``storage.param_value``).
+    The config is stored as params (``storage.param_value``). Images and text are stored as
+    run artifacts at the caller's step when ``monitor_write_media`` runs (``media``); MLflow
+    has no histogram, so ``media_kinds`` leaves it out and the core skips histograms here.
 
     Rows are buffered and sent with ``MlflowClient.log_batch`` (at most ``batch_size`` metrics
     per request) when the buffer holds ``batch_size`` scalars, when a ``log`` finds the oldest
@@ -68,8 +70,9 @@ class MlflowMonitor:
     Failures: when a request fails (after ``max_retries`` retries of ``request_timeout``
     seconds each) the hook raises ``MlflowDeliveryError`` once (the core reports it once and
     the other backends carry on) and the backend stops sending for the rest of the run:
-    scalars it could not deliver are counted in ``undelivered`` and, at ``close()``, reported
-    in one ``BackendWarning``. No hook then blocks: ``close()`` returns at once. Otherwise
+    scalars it could not deliver are counted in ``undelivered`` (media values in
+    ``undelivered_media``) and, at ``close()``, reported in one ``BackendWarning``. No hook
+    then blocks: ``close()`` returns at once. Otherwise
     ``close()`` returns within the time of its requests, each bounded by
     ``request_time_bound(request_timeout, max_retries)`` seconds (17 s by default).
 

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import re
 import tempfile
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
