@@ -662,6 +662,34 @@ def test_a_hung_server_delays_a_call_by_at_most_the_bound_and_close_returns(
     assert closing < 1.0
 
 
+def test_a_media_request_to_a_hung_server_fails_once_and_everything_after_is_counted(
+    tmp_path, mlflow_server
+):
+    np = pytest.importorskip("numpy")
+    bound = _compat.request_time_bound(FAST_FAIL["request_timeout"], FAST_FAIL["max_retries"])
+    monitor = Monitor(["mlflow"], project="outage", name="hung-media", log_dir=tmp_path / "logs",
+                      mlflow={"tracking_uri": mlflow_server.uri, "flush_secs": 3600,
+                              **FAST_FAIL})
+    monitor.log({"loss": 1.0, "acc": 0.5}, step=0)  # buffered
+    mlflow_server.send(signal.SIGSTOP)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            began = time.monotonic()
+            monitor.log({"samples": Image(np.zeros((2, 2), np.uint8))}, step=1)
+            failing = time.monotonic() - began
+            monitor.log({"loss": 0.5, "notes": Text("after the failure")}, step=2)
+            monitor.close()
+    finally:
+        mlflow_server.send(signal.SIGCONT)
+    reported = [str(w.message) for w in caught if issubclass(w.category, BackendWarning)]
+    assert len(reported) == 2, reported  # the failure, once; the undelivered count at close
+    assert reported[0].startswith("backend 'mlflow' failed in monitor_write_media")
+    assert "3 scalar(s), 2 media value(s)" in reported[1]  # 2 buffered + 1 later; image + text
+    assert monitor.failures == {"mlflow": 1}
+    assert failing < bound + 2.0  # + connection set-up slack
+
+
 class MemoryBackend:
     """A backend written for these tests: keeps ``(tag, step, value)`` in a class-level list."""
 

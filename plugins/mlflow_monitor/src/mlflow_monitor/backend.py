@@ -426,10 +426,15 @@ class MlflowMonitor:
 
     def _fail(self, error: BaseException, what: str) -> None:
         self._error = error
+        # Nothing more is sent: rows still buffered (a config or media request failed) are
+        # undelivered too.
+        self.undelivered += len(self._buffer)
+        self._buffer = []
         raise MlflowDeliveryError(
             f"mlflow: could not {what} to {self.tracking_uri} (run {self.run_id}): "
             f"{type(error).__name__}: {error}. Nothing more is sent for this run; scalars "
-            "logged from now on are counted in MlflowMonitor.undelivered"
+            "and media logged from now on are counted in MlflowMonitor.undelivered and "
+            "undelivered_media"
         ) from error
 
     def _report(self) -> None:
