@@ -27,18 +27,32 @@ import pytest
 
 pytest.importorskip("mlflow_monitor")
 
-from core_monitor import BackendWarning, ConfigError, Monitor, RunInfo, hookimpl
+from core_monitor import (
+    BackendWarning,
+    ConfigError,
+    Histogram,
+    Image,
+    Monitor,
+    RunInfo,
+    Text,
+    hookimpl,
+)
 from core_monitor.testing import MonitorContract
 from mlflow_monitor import (
     ESCAPE,
+    MEDIA_ESCAPE,
     MlflowMonitor,
     _compat,
     client_for,
     escape_key,
     find_run,
     local_store_uri,
+    media,
+    media_key,
+    media_tag,
     param_value,
     read_config,
+    read_media,
     read_rows,
     unescape_key,
 )
@@ -165,6 +179,10 @@ class TestMlflowServerContract(MonitorContract):
     def read_config(self, mlflow_server):
         return functools.partial(read_config, tracking_uri=mlflow_server.uri)
 
+    @pytest.fixture
+    def read_media(self, mlflow_server):
+        return functools.partial(read_media, tracking_uri=mlflow_server.uri)
+
 
 class TestMlflowSqliteContract(MonitorContract):
     @pytest.fixture
@@ -182,6 +200,10 @@ class TestMlflowSqliteContract(MonitorContract):
     @pytest.fixture
     def read_config(self, sqlite_uri):
         return functools.partial(read_config, tracking_uri=sqlite_uri)
+
+    @pytest.fixture
+    def read_media(self, sqlite_uri):
+        return functools.partial(read_media, tracking_uri=sqlite_uri)
 
 
 @pytest.fixture
@@ -315,6 +337,86 @@ def test_no_config_reads_back_empty(monitor_factory, mlflow_server):
     monitor = monitor_factory()
     monitor.close()
     assert read_config(monitor.run, tracking_uri=mlflow_server.uri) == {}
+
+
+# Media: images and text as run artifacts -------------------------------------------------------
+
+
+def test_media_are_mlflow_images_and_text_files_at_the_callers_steps(
+    monitor_factory, mlflow_server, tmp_path
+):
+    """Read through MLflow's own client, not the plugin's reader: ``log_image``'s PNG files
+    under ``images/`` (named by key and step, as MLflow's UI reads them), the text files under
+    ``text/``, the run tag MLflow sets for images; the histogram is skipped and reported."""
+    np = pytest.importorskip("numpy")
+    from PIL import Image as PILImage
+
+    rng = np.random.default_rng(16)
+    rgb = rng.integers(0, 256, size=(9, 11, 3), dtype=np.uint8)
+    rgba = rng.integers(0, 256, size=(4, 6, 4), dtype=np.uint8)
+    grey = rng.integers(0, 256, size=(5, 3), dtype=np.uint8)
+    note = "# Step 5\r\n*predicted*: `cat` — 猫\n"
+    monitor = monitor_factory()
+    with pytest.warns(BackendWarning, match="does not store histogram"):
+        monitor.log({"loss": 0.5, "val/rgb": Image(rgb, caption="no captions in MLflow"),
+                     "w": Histogram([1.0, 2.0, 2.5], bins=2), "notes": Text(note)}, step=5)
+    monitor.log({"rgba": Image(rgba), "grey": Image(grey)}, step=2**63 - 1)
+    monitor.log({"val/rgb": Image(rgb[::-1].copy())}, step=1)
+    monitor.flush()
+    assert monitor.media_skipped == {("mlflow", "histogram"): 1}
+
+    run_id = find_run(monitor.run, tracking_uri=mlflow_server.uri).info.run_id
+    client = client_for(monitor.run, mlflow_server.uri)
+    assert client.get_run(run_id).data.tags["mlflow.loggedImages"] == "True"
+    pngs = sorted((p.path for p in client.list_artifacts(run_id, "images")
+                   if p.path.endswith(".png")), key=lambda p: p.split("+timestamp+")[1])
+    assert [p.split("+timestamp+")[0] for p in pngs] == [
+        "images/val~rgb+step+5", f"images/rgba+step+{2**63 - 1}",
+        f"images/grey+step+{2**63 - 1}", "images/val~rgb+step+1"]
+    for path, (pixels, mode) in zip(pngs, [(rgb, "RGB"), (rgba, "RGBA"), (grey, "L"),
+                                           (rgb[::-1], "RGB")], strict=True):
+        with PILImage.open(client.download_artifacts(run_id, path, str(tmp_path))) \
+                as picture:
+            assert picture.format == "PNG" and picture.mode == mode
+            assert np.array_equal(np.asarray(picture), pixels)
+    texts = [p.path for p in client.list_artifacts(run_id, "text")]
+    assert len(texts) == 1 and texts[0].startswith("text/notes+step+5+timestamp+")
+    local = Path(client.download_artifacts(run_id, texts[0], str(tmp_path)))
+    assert local.read_bytes() == note.encode("utf-8")
+
+    got = read_media(monitor.run, tracking_uri=mlflow_server.uri)  # the plugin's reader agrees
+    assert [(t, s, type(v).__name__) for t, s, v in got] == [
+        ("val/rgb", 5, "Image"), ("notes", 5, "Text"), ("rgba", 2**63 - 1, "Image"),
+        ("grey", 2**63 - 1, "Image"), ("val/rgb", 1, "Image")]
+    assert got[1][2].text == note and np.array_equal(got[3][2].array, grey[:, :, None])
+    assert read_rows(monitor.run, tracking_uri=mlflow_server.uri) == [("loss", 5, 0.5)]
+
+
+def test_media_tags_are_escaped_reversibly_and_a_too_long_one_is_reported(
+    tmp_path, monkeypatch, sqlite_uri
+):
+    tags = ["loss 🔥", "acc,top5", "--x", "a:b", "é/ü", "x" * media.MAX_MEDIA_KEY, "val/ok",
+            "/lead", "a~b", "n-2d-"]
+    assert media_key("loss 🔥") == MEDIA_ESCAPE + "loss -1f525-"
+    assert media_key("acc,top5") == "--acc-2c-top5" and media_key("--x") == "---2d--2d-x"
+    assert media_key("val/ok") == "val/ok" and media_key("n-2d-") == "n-2d-"
+    assert all(media_tag(media_key(tag)) == tag for tag in tags)
+    monkeypatch.chdir(tmp_path)
+    before = sorted(tmp_path.iterdir())
+    monitor = Monitor(["mlflow"], project="media-tags", name=f"tags-{time.time_ns()}",
+                      mlflow={"tracking_uri": sqlite_uri})
+    with pytest.warns(BackendWarning, match="longer than 150 characters"):
+        monitor.log({**{tag: Text(f"text of {tag}") for tag in tags}, "y" * 151: Text("lost")},
+                    step=1)
+    with pytest.warns(BackendWarning, match="1 media value"):
+        monitor.close()
+    assert monitor.failures == {"mlflow": 1}
+    got = read_media(monitor.run, tracking_uri=sqlite_uri)
+    assert [(t, s, v.text) for t, s, v in got] == [(tag, 1, f"text of {tag}") for tag in tags]
+    assert sorted(tmp_path.iterdir()) == before  # nothing in the current directory (./mlruns)
+    run_id = find_run(monitor.run, tracking_uri=sqlite_uri).info.run_id
+    folder = Path(sqlite_uri[len("sqlite:///"):]).parent / "artifacts"
+    assert len(list(folder.glob(f"**/{run_id}/artifacts/text/*.md"))) == len(tags)
 
 
 # Batching -------------------------------------------------------------------------------------
@@ -558,6 +660,34 @@ def test_a_hung_server_delays_a_call_by_at_most_the_bound_and_close_returns(
     assert "2 scalar(s)" in reported[1]
     assert FAST_FAIL["request_timeout"] <= flushing < bound + 2.0  # + connection set-up slack
     assert closing < 1.0
+
+
+def test_a_media_request_to_a_hung_server_fails_once_and_everything_after_is_counted(
+    tmp_path, mlflow_server
+):
+    np = pytest.importorskip("numpy")
+    bound = _compat.request_time_bound(FAST_FAIL["request_timeout"], FAST_FAIL["max_retries"])
+    monitor = Monitor(["mlflow"], project="outage", name="hung-media", log_dir=tmp_path / "logs",
+                      mlflow={"tracking_uri": mlflow_server.uri, "flush_secs": 3600,
+                              **FAST_FAIL})
+    monitor.log({"loss": 1.0, "acc": 0.5}, step=0)  # buffered
+    mlflow_server.send(signal.SIGSTOP)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            began = time.monotonic()
+            monitor.log({"samples": Image(np.zeros((2, 2), np.uint8))}, step=1)
+            failing = time.monotonic() - began
+            monitor.log({"loss": 0.5, "notes": Text("after the failure")}, step=2)
+            monitor.close()
+    finally:
+        mlflow_server.send(signal.SIGCONT)
+    reported = [str(w.message) for w in caught if issubclass(w.category, BackendWarning)]
+    assert len(reported) == 2, reported  # the failure, once; the undelivered count at close
+    assert reported[0].startswith("backend 'mlflow' failed in monitor_write_media")
+    assert "3 scalar(s), 2 media value(s)" in reported[1]  # 2 buffered + 1 later; image + text
+    assert monitor.failures == {"mlflow": 1}
+    assert failing < bound + 2.0  # + connection set-up slack
 
 
 class MemoryBackend:

@@ -1,4 +1,5 @@
-"""MLflow backend for ``core-monitor``: scalars as MLflow metrics, the config as params.
+"""MLflow backend for ``core-monitor``: scalars as MLflow metrics, the config as params,
+images and text as run artifacts (``mlflow_monitor.media``).
 
 Select it as ``Monitor(["mlflow"], project=..., mlflow={"tracking_uri": "http://host:5000"})``;
 without a tracking URI and with a ``log_dir`` it writes the local store
@@ -11,19 +12,24 @@ Importing this package imports no MLflow: the SDK is imported when a monitor sta
 from __future__ import annotations
 
 from .backend import MlflowDeliveryError, MlflowMonitor
-from .reader import client_for, find_run, read_config, read_rows
+from .media import MEDIA_ESCAPE, media_key, media_tag
+from .reader import client_for, find_run, read_config, read_media, read_rows
 from .storage import ESCAPE, escape_key, local_store_uri, param_value, unescape_key
 
 __all__ = [
     "ESCAPE",
+    "MEDIA_ESCAPE",
     "MlflowDeliveryError",
     "MlflowMonitor",
     "client_for",
     "escape_key",
     "find_run",
     "local_store_uri",
+    "media_key",
+    "media_tag",
     "param_value",
     "read_config",
+    "read_media",
     "read_rows",
     "unescape_key",
 ]

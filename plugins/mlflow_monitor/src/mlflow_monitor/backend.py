@@ -16,16 +16,17 @@ from typing import Any
 from core_monitor import BackendWarning, ConfigError, Event, RunInfo, hookimpl
 
 from . import _compat
+from .media import MAX_MEDIA_KEY, MEDIA_KINDS, MediaWriter
 from .storage import (
     CONFIG_TAG_PREFIX,
     MAX_KEY_LENGTH,
     MAX_VALUE_LENGTH,
     escape_key,
     is_valid_key,
-    local_artifact_root,
     local_store_uri,
     param_value,
     run_name,
+    sqlite_artifact_root,
 )
 
 #: Most metrics the tracking server takes in one ``log_batch`` request.
@@ -57,7 +58,9 @@ class MlflowMonitor:
     tag (+1 ms after the previous point of that tag when needed), so that MLflow, which orders a
     metric's history by timestamp and drops an exactly identical point, keeps every point in
     the order it was logged. Tags MLflow would refuse are escaped (``mlflow_monitor.storage``).
-    The config is stored as params (``storage.param_value``).
+    The config is stored as params (``storage.param_value``). Images and text are stored as
+    run artifacts at the caller's step when ``monitor_write_media`` runs (``media``); MLflow
+    has no histogram, so ``media_kinds`` leaves it out and the core skips histograms here.
 
     Rows are buffered and sent with ``MlflowClient.log_batch`` (at most ``batch_size`` metrics
     per request) when the buffer holds ``batch_size`` scalars, when a ``log`` finds the oldest
@@ -67,8 +70,9 @@ class MlflowMonitor:
     Failures: when a request fails (after ``max_retries`` retries of ``request_timeout``
     seconds each) the hook raises ``MlflowDeliveryError`` once (the core reports it once and
     the other backends carry on) and the backend stops sending for the rest of the run:
-    scalars it could not deliver are counted in ``undelivered`` and, at ``close()``, reported
-    in one ``BackendWarning``. No hook then blocks: ``close()`` returns at once. Otherwise
+    scalars it could not deliver are counted in ``undelivered`` (media values in
+    ``undelivered_media``) and, at ``close()``, reported in one ``BackendWarning``. No hook
+    then blocks: ``close()`` returns at once. Otherwise
     ``close()`` returns within the time of its requests, each bounded by
     ``request_time_bound(request_timeout, max_retries)`` seconds (17 s by default).
 
@@ -109,6 +113,9 @@ class MlflowMonitor:
     value_dtype = "float64"
     #: The config is stored as MLflow params (``read_config`` reads it back).
     stores_config = True
+    #: ``monitor_write_media`` stores images and text as run artifacts (``media``); MLflow has
+    #: no histogram, so the core skips histograms for this backend.
+    media_kinds = MEDIA_KINDS
 
     def __init__(
         self,
@@ -138,6 +145,8 @@ class MlflowMonitor:
         self.undelivered = 0
         #: Config keys that did not reach MLflow.
         self.undelivered_config = 0
+        #: Images and texts that did not reach MLflow.
+        self.undelivered_media = 0
         self._error: BaseException | None = None
         self._closed = False
         self._lock = threading.RLock()
@@ -147,9 +156,7 @@ class MlflowMonitor:
         self._last_ms: dict[str, int] = {}
         self._params: dict[str, str] = {}  # stored key -> stored value, as MLflow has it
 
-        local = (tracking_uri is None and not mlflow.is_tracking_uri_set()
-                 and run.log_dir is not None)
-        if local:
+        if tracking_uri is None and not mlflow.is_tracking_uri_set() and run.log_dir is not None:
             (run.log_dir / "mlflow").mkdir(parents=True, exist_ok=True)
             tracking_uri = local_store_uri(run.log_dir)
         self._client = mlflow.MlflowClient(tracking_uri=tracking_uri)
@@ -159,13 +166,14 @@ class MlflowMonitor:
             try:
                 self.run_id, self.experiment_id = self._start_run(
                     experiment or run.project, dict(tags or {}), run_id,
-                    str(local_artifact_root(run.log_dir)) if local else None,
+                    sqlite_artifact_root(self.tracking_uri),
                 )
             except Exception as error:
                 raise MlflowDeliveryError(
                     f"mlflow: could not start the run at {self.tracking_uri}: "
                     f"{type(error).__name__}: {error}"
                 ) from error
+        self._media = MediaWriter(self._client, self.run_id)
         if run.config:
             self._send_config(run.config)
 
@@ -261,6 +269,40 @@ class MlflowMonitor:
                     f"{MAX_KEY_LENGTH}-character key limit once escaped; {len(too_long)} "
                     "scalar(s) of this call were not stored in MLflow (the others were). Fix: "
                     f"use tags of at most {MAX_KEY_LENGTH} characters"
+                )
+
+    # Optional: a core without media never calls it.
+    @hookimpl(optionalhook=True)
+    def monitor_write_media(self, items: Sequence[Any]) -> None:
+        """Store each image and text (``MediaItem``) at its step as run artifacts, now
+        (``media``: ``log_image``/``log_text``, one request or more per value, not buffered).
+
+        Raises:
+            MlflowDeliveryError: a request failed (once per run; the values of this call not
+                yet stored and all later ones are counted in ``undelivered_media``).
+            ValueError: a tag is longer than ``media.MAX_MEDIA_KEY`` characters once escaped;
+                the other values of the call are stored.
+        """
+        with self._lock:
+            if self._error is not None or self._closed:
+                self.undelivered_media += len(items)
+                return
+            too_long = []
+            for index, item in enumerate(items):
+                try:
+                    with self._limits():
+                        if not self._media.write(item):
+                            too_long.append(item.tag)
+                except Exception as error:
+                    self.undelivered_media += len(items) - index
+                    self._fail(error, f"store {len(items) - index} media value(s)")
+            if too_long:
+                self.undelivered_media += len(too_long)
+                raise ValueError(
+                    f"mlflow: media tag {too_long[0]!r:.80} is longer than "
+                    f"{MAX_MEDIA_KEY} characters once escaped (MLflow puts it in a file name); "
+                    f"{len(too_long)} media value(s) of this call were not stored in MLflow (the "
+                    f"others were). Fix: use media tags of at most {MAX_MEDIA_KEY} characters"
                 )
 
     @hookimpl
@@ -384,19 +426,25 @@ class MlflowMonitor:
 
     def _fail(self, error: BaseException, what: str) -> None:
         self._error = error
+        # Nothing more is sent: rows still buffered (a config or media request failed) are
+        # undelivered too.
+        self.undelivered += len(self._buffer)
+        self._buffer = []
         raise MlflowDeliveryError(
             f"mlflow: could not {what} to {self.tracking_uri} (run {self.run_id}): "
             f"{type(error).__name__}: {error}. Nothing more is sent for this run; scalars "
-            "logged from now on are counted in MlflowMonitor.undelivered"
+            "and media logged from now on are counted in MlflowMonitor.undelivered and "
+            "undelivered_media"
         ) from error
 
     def _report(self) -> None:
-        if self.undelivered or self.undelivered_config:
+        if self.undelivered or self.undelivered_config or self.undelivered_media:
             reason = (f"{type(self._error).__name__}: {self._error}" if self._error is not None
                       else "tags longer than MLflow's key limit")
             warnings.warn(
-                f"mlflow: {self.undelivered} scalar(s) and {self.undelivered_config} config "
-                f"key(s) of run {self.run.name!r} were not delivered to {self.tracking_uri} "
+                f"mlflow: {self.undelivered} scalar(s), {self.undelivered_media} media value(s) "
+                f"and {self.undelivered_config} config key(s) of run {self.run.name!r} were not "
+                f"delivered to {self.tracking_uri} "
                 f"(run {self.run_id}): {reason:.300}",
                 BackendWarning,
                 stacklevel=2,

@@ -15,6 +15,7 @@ from typing import Any
 from core_monitor import RunInfo
 
 from . import _compat
+from .media import read_media
 from .storage import (
     CONFIG_TAG_PREFIX,
     local_store_uri,
@@ -22,6 +23,9 @@ from .storage import (
     run_name,
     unescape_key,
 )
+
+__all__ = ["MAX_RETRIES", "REQUEST_TIMEOUT", "client_for", "find_run", "read_config",
+           "read_media", "read_rows"]
 
 #: Request limits of the readers' calls (see ``MlflowMonitor``'s options of the same names).
 REQUEST_TIMEOUT = 10.0

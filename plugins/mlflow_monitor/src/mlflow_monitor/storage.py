@@ -126,8 +126,15 @@ def local_store_uri(log_dir: str | os.PathLike[str]) -> str:
     return "sqlite:///" + (Path(log_dir) / "mlflow" / "mlflow.db").absolute().as_posix()
 
 
-def local_artifact_root(log_dir: str | os.PathLike[str]) -> Path:
-    """Where artifacts of experiments this plugin creates in the local store go:
-    ``<log_dir>/mlflow/artifacts`` (MLflow's default would be ``./mlruns`` under the current
-    directory)."""
-    return (Path(log_dir) / "mlflow" / "artifacts").absolute()
+def sqlite_artifact_root(tracking_uri: str) -> str | None:
+    """Where artifacts (images, text) of experiments this plugin creates in a SQLite store go:
+    the folder ``artifacts`` beside the database file, e.g. ``<log_dir>/mlflow/artifacts`` for
+    the local store. ``None`` (MLflow's own choice) for any other store: a tracking server
+    decides itself. MLflow's default for a SQLite store would be ``./mlruns`` under the
+    current directory."""
+    if not tracking_uri.startswith("sqlite:///"):
+        return None
+    database = tracking_uri[len("sqlite:///") :].split("?", 1)[0]
+    if database in ("", ":memory:"):
+        return None
+    return (Path(database).absolute().parent / "artifacts").as_posix()
