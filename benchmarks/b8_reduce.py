@@ -1,7 +1,7 @@
 """B8: cost of ``Monitor.log(..., reduce="mean")`` against a bare ``all_reduce`` (gloo, CPU).
 
     nox -s bench_dist                     # or, with torch and the wheels installed:
-    torchrun --nproc_per_node 2 benchmarks/b7_reduce.py [--calls 2000] [--rounds 7]
+    torchrun --nproc_per_node 2 benchmarks/b8_reduce.py [--calls 2000] [--rounds 7]
 
 Per call, 10 scalars. Arm A: ``monitor.log(metrics, step, reduce="mean")`` with a backend that
 does nothing (so the figure is the reduction and the core, not a tracker's SDK). Arm B: what a
