@@ -28,7 +28,6 @@ class MlflowDeliveryError(ConnectionError):
     """
 
 
-
 class Delivery:
     """The request side of ``MlflowMonitor`` (a base class; it holds no state of its own).
 
