@@ -109,7 +109,7 @@ class MlflowMonitor(RowBuffer):
         flush_secs: float = 5.0,
     ) -> None:
         check_options(tracking_uri, experiment, tags, run_id, request_timeout, max_retries,
-                       batch_size, flush_secs)
+                      batch_size, flush_secs)
         mlflow = _compat.check()
         from mlflow.entities import Metric, Param, RunTag
 

@@ -91,7 +91,7 @@ class TrackioMonitor:
         quiet: bool = True,
     ) -> None:
         check_options(group, resume, space_id, server_url, private, auto_log_gpu,
-                       auto_log_cpu, quiet)
+                      auto_log_cpu, quiet)
         _compat.check()
         from trackio.sqlite_storage import SQLiteStorage
 
