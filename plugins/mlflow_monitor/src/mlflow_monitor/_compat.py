@@ -26,6 +26,7 @@ from types import ModuleType
 from typing import Any
 
 from core_monitor import BackendLoadError
+from core_monitor.compat import sdk_changed
 
 #: The MLflow versions this plugin is tested with (also its declared dependency range).
 SUPPORTED = "mlflow>=3.17,<4"
@@ -76,23 +77,13 @@ class _ThreadOverride:
         return repr(self._variable)
 
 
-def _plugin_version() -> str:
-    try:
-        return version(DISTRIBUTION)
-    except PackageNotFoundError:
-        return "0+unknown"
-
-
 def _load_error(problem: str) -> BackendLoadError:
     try:
         sdk_version = version("mlflow")
     except PackageNotFoundError:
         sdk_version = "unknown"
-    error = RuntimeError(
-        f"mlflow {sdk_version}: {problem}; this plugin supports {SUPPORTED} "
-        f"(`pip install '{SUPPORTED}'`)"
-    )
-    return BackendLoadError("mlflow", DISTRIBUTION, _plugin_version(), TARGET, error)
+    return sdk_changed("mlflow", DISTRIBUTION, TARGET, sdk="mlflow", sdk_version=sdk_version,
+                       problems=[problem], supported=SUPPORTED)
 
 
 def check() -> ModuleType:

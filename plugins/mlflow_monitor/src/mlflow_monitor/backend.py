@@ -6,43 +6,21 @@ never at import of this module.
 
 from __future__ import annotations
 
-import math
 import threading
-import time
-import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from core_monitor import BackendWarning, ConfigError, Event, RunInfo, hookimpl
+from core_monitor import Event, RunInfo, hookimpl
 
 from . import _compat
-from .media import MAX_MEDIA_KEY, MEDIA_KINDS, MediaWriter
-from .storage import (
-    CONFIG_TAG_PREFIX,
-    MAX_KEY_LENGTH,
-    MAX_VALUE_LENGTH,
-    escape_key,
-    is_valid_key,
-    local_store_uri,
-    param_value,
-    run_name,
-    sqlite_artifact_root,
-)
-
-#: Most metrics the tracking server takes in one ``log_batch`` request.
-MAX_BATCH = 1000
-#: Most params plus tags the tracking server takes in one ``log_batch`` request.
-MAX_PARAMS_PER_REQUEST = 100
+from .buffer import RowBuffer
+from .delivery import MlflowDeliveryError
+from .media import MEDIA_KINDS, MediaWriter
+from .options import MAX_BATCH, check_options
+from .storage import local_store_uri, sqlite_artifact_root
 
 
-class MlflowDeliveryError(ConnectionError):
-    """MLflow did not take a request of this backend (server down, hung or refusing it).
-
-    The backend stops sending for the rest of the run; see ``MlflowMonitor.undelivered``.
-    """
-
-
-class MlflowMonitor:
+class MlflowMonitor(RowBuffer):
     """Log a run's scalars to MLflow (a tracking server or a local store) through ``MlflowClient``.
 
     Constructed by the core as ``MlflowMonitor(run, **options)``; users select it as
@@ -130,8 +108,8 @@ class MlflowMonitor:
         batch_size: int = MAX_BATCH,
         flush_secs: float = 5.0,
     ) -> None:
-        _check_options(tracking_uri, experiment, tags, run_id, request_timeout, max_retries,
-                       batch_size, flush_secs)
+        check_options(tracking_uri, experiment, tags, run_id, request_timeout, max_retries,
+                      batch_size, flush_secs)
         mlflow = _compat.check()
         from mlflow.entities import Metric, Param, RunTag
 
@@ -188,41 +166,6 @@ class MlflowMonitor:
         """
         _compat.check()
 
-    def _limits(self) -> Any:
-        return _compat.request_limits(self.request_timeout, self.max_retries)
-
-    def _start_run(
-        self, experiment: str, tags: dict[str, Any], run_id: str | None, artifacts: str | None
-    ) -> tuple[str, str]:
-        client = self._client
-        name = run_name(self.run.name, self.run.rank)
-        if run_id is not None:
-            existing = client.get_run(run_id)
-            experiment_id = existing.info.experiment_id
-            if self.run.rank == 0:
-                self._params.update(existing.data.params)
-                client.update_run(run_id, status="RUNNING")
-                for key, value in tags.items():
-                    client.set_tag(run_id, key, str(value))
-                return run_id, experiment_id
-        else:
-            found = client.get_experiment_by_name(experiment)
-            if found is None:
-                try:
-                    experiment_id = client.create_experiment(experiment,
-                                                             artifact_location=artifacts)
-                except Exception:  # another rank or process created it meanwhile
-                    found = client.get_experiment_by_name(experiment)
-                    if found is None:
-                        raise
-                    experiment_id = found.experiment_id
-            else:
-                experiment_id = found.experiment_id
-        created = client.create_run(
-            experiment_id, run_name=name, tags={k: str(v) for k, v in tags.items()}
-        )
-        return created.info.run_id, experiment_id
-
     # Hooks -------------------------------------------------------------------------------------
 
     @hookimpl
@@ -238,38 +181,7 @@ class MlflowMonitor:
             if self._error is not None or self._closed:
                 self.undelivered += len(events)
                 return
-            metric = self._Metric
-            keys = self._keys
-            last_ms = self._last_ms
-            buffer = self._buffer
-            if not buffer:
-                self._oldest = time.monotonic()
-            too_long = []
-            for tag, value, step, wall_time in events:
-                key = keys.get(tag, "")
-                if key == "":
-                    key = keys[tag] = self._key_for(tag)
-                if key is None:
-                    too_long.append(tag)
-                    continue
-                ms = int(wall_time * 1000)
-                previous = last_ms.get(key)
-                if previous is not None and ms <= previous:
-                    ms = previous + 1
-                last_ms[key] = ms
-                buffer.append(metric(key, value, ms, step))
-            if len(buffer) >= self.batch_size or (
-                buffer and time.monotonic() - self._oldest >= self.flush_secs
-            ):
-                self._send()
-            if too_long:
-                self.undelivered += len(too_long)
-                raise ValueError(
-                    f"mlflow: tag {too_long[0]!r:.80} is longer than MLflow's "
-                    f"{MAX_KEY_LENGTH}-character key limit once escaped; {len(too_long)} "
-                    "scalar(s) of this call were not stored in MLflow (the others were). Fix: "
-                    f"use tags of at most {MAX_KEY_LENGTH} characters"
-                )
+            self._add_rows(events)
 
     # Optional: a core without media never calls it.
     @hookimpl(optionalhook=True)
@@ -287,23 +199,7 @@ class MlflowMonitor:
             if self._error is not None or self._closed:
                 self.undelivered_media += len(items)
                 return
-            too_long = []
-            for index, item in enumerate(items):
-                try:
-                    with self._limits():
-                        if not self._media.write(item):
-                            too_long.append(item.tag)
-                except Exception as error:
-                    self.undelivered_media += len(items) - index
-                    self._fail(error, f"store {len(items) - index} media value(s)")
-            if too_long:
-                self.undelivered_media += len(too_long)
-                raise ValueError(
-                    f"mlflow: media tag {too_long[0]!r:.80} is longer than "
-                    f"{MAX_MEDIA_KEY} characters once escaped (MLflow puts it in a file name); "
-                    f"{len(too_long)} media value(s) of this call were not stored in MLflow (the "
-                    f"others were). Fix: use media tags of at most {MAX_MEDIA_KEY} characters"
-                )
+            self._send_media(items)
 
     @hookimpl
     def monitor_flush(self) -> None:
@@ -348,163 +244,7 @@ class MlflowMonitor:
             try:
                 if self._error is None and self._buffer:
                     self._send()
-                if self._error is None:
-                    try:
-                        with self._limits():
-                            self._client.set_terminated(self.run_id, status="FINISHED")
-                    except Exception as error:
-                        self._fail(error, "end the run")
+                self._finish_run()
             finally:
                 self._closed = True
                 self._report()
-
-    # Sending -----------------------------------------------------------------------------------
-
-    def _key_for(self, tag: str) -> str | None:
-        key = escape_key(tag)
-        return key if len(key) <= MAX_KEY_LENGTH else None
-
-    def _send(self) -> None:
-        batch, self._buffer = self._buffer, []
-        sent = 0
-        try:
-            with self._limits():
-                for start in range(0, len(batch), self.batch_size):
-                    chunk = batch[start : start + self.batch_size]
-                    self._client.log_batch(self.run_id, metrics=chunk, synchronous=True)
-                    sent += len(chunk)
-        except Exception as error:
-            self.undelivered += len(batch) - sent
-            self._fail(error, f"send {len(batch) - sent} scalar(s)")
-
-    def _send_config(self, config: Mapping[str, Any]) -> None:
-        if self._error is not None:
-            self.undelivered_config += len(config)
-            return
-        params, tags, skipped = [], [], []
-        for name, value in config.items():
-            key = escape_key(str(name))
-            text = param_value(value)
-            if len(key) > MAX_KEY_LENGTH:
-                skipped.append(name)
-            elif key not in self._params:
-                params.append(self._Param(key, text))
-            elif self._params[key] != text:
-                tag = CONFIG_TAG_PREFIX + key
-                if len(tag) > MAX_KEY_LENGTH:
-                    skipped.append(name)
-                else:
-                    tags.append(self._RunTag(tag, text))
-        entries = [*params, *tags]
-        sent = 0
-        try:
-            with self._limits():
-                for start in range(0, len(entries), MAX_PARAMS_PER_REQUEST):
-                    chunk = entries[start : start + MAX_PARAMS_PER_REQUEST]
-                    self._client.log_batch(
-                        self.run_id,
-                        params=[e for e in chunk if isinstance(e, self._Param)],
-                        tags=[e for e in chunk if isinstance(e, self._RunTag)],
-                        synchronous=True,
-                    )
-                    for entry in chunk:
-                        if isinstance(entry, self._Param):
-                            self._params[entry.key] = entry.value
-                    sent += len(chunk)
-        except Exception as error:
-            self.undelivered_config += len(entries) - sent
-            self._fail(error, f"store {len(entries) - sent} config key(s)")
-        if skipped:
-            self.undelivered_config += len(skipped)
-            warnings.warn(
-                f"mlflow: config key {skipped[0]!r:.80} (and {len(skipped) - 1} more) is longer "
-                f"than MLflow's {MAX_KEY_LENGTH}-character key limit once escaped and was not "
-                "stored as a param; use shorter config keys",
-                BackendWarning,
-                stacklevel=2,
-            )
-
-    def _fail(self, error: BaseException, what: str) -> None:
-        self._error = error
-        # Nothing more is sent: rows still buffered (a config or media request failed) are
-        # undelivered too.
-        self.undelivered += len(self._buffer)
-        self._buffer = []
-        raise MlflowDeliveryError(
-            f"mlflow: could not {what} to {self.tracking_uri} (run {self.run_id}): "
-            f"{type(error).__name__}: {error}. Nothing more is sent for this run; scalars "
-            "and media logged from now on are counted in MlflowMonitor.undelivered and "
-            "undelivered_media"
-        ) from error
-
-    def _report(self) -> None:
-        if self.undelivered or self.undelivered_config or self.undelivered_media:
-            reason = (f"{type(self._error).__name__}: {self._error}" if self._error is not None
-                      else "tags longer than MLflow's key limit")
-            warnings.warn(
-                f"mlflow: {self.undelivered} scalar(s), {self.undelivered_media} media value(s) "
-                f"and {self.undelivered_config} config key(s) of run {self.run.name!r} were not "
-                f"delivered to {self.tracking_uri} "
-                f"(run {self.run_id}): {reason:.300}",
-                BackendWarning,
-                stacklevel=2,
-            )
-
-
-def _check_options(
-    tracking_uri: Any, experiment: Any, tags: Any, run_id: Any, request_timeout: Any,
-    max_retries: Any, batch_size: Any, flush_secs: Any,
-) -> None:
-    for option, value, example in (
-        ("tracking_uri", tracking_uri, "'http://127.0.0.1:5000'"),
-        ("experiment", experiment, "'digits'"),
-        ("run_id", run_id, "'3f2a...'"),
-    ):
-        if value is not None and (not isinstance(value, str) or not value):
-            raise ConfigError(
-                f"mlflow: option {option}={value!r} must be a non-empty str or None, "
-                f"e.g. {option}={example}"
-            )
-    if tags is not None:
-        if not isinstance(tags, Mapping):
-            raise ConfigError(
-                f"mlflow: option tags={tags!r:.80} must be a mapping of run tags, "
-                "e.g. tags={'team': 'vision'}"
-            )
-        for key, value in tags.items():
-            if not isinstance(key, str) or not is_valid_key(key):
-                raise ConfigError(
-                    f"mlflow: option tags has key {key!r:.80}, which MLflow refuses; use at "
-                    "most 250 letters, digits, '_', '-', '.', ' ', ':' or '/' (no leading '/', "
-                    "no '//')"
-                )
-            if len(str(value)) > MAX_VALUE_LENGTH:
-                raise ConfigError(
-                    f"mlflow: option tags[{key!r}] is longer than {MAX_VALUE_LENGTH} characters"
-                )
-    for option, value, low, example in (
-        ("request_timeout", request_timeout, 0.0, "request_timeout=5"),
-        ("flush_secs", flush_secs, -1.0, "flush_secs=5"),
-    ):
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, (int, float))
-            or not math.isfinite(value)
-            or not value > low
-            or (option == "flush_secs" and value < 0)
-        ):
-            bound = "> 0" if option == "request_timeout" else ">= 0"
-            raise ConfigError(
-                f"mlflow: option {option}={value!r} must be a number of seconds {bound}, "
-                f"e.g. {example}"
-            )
-    for option, value, low, high, example in (
-        ("max_retries", max_retries, 0, 10, "max_retries=2"),
-        ("batch_size", batch_size, 1, MAX_BATCH, "batch_size=1000"),
-    ):
-        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-            raise ConfigError(
-                f"mlflow: option {option}={value!r} must be an integer from {low} to {high}, "
-                f"e.g. {example}"
-            )
-

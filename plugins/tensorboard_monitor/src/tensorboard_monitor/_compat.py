@@ -11,12 +11,10 @@ module import: importing ``tensorboard_monitor`` stays cheap on ranks that write
 
 from __future__ import annotations
 
-import importlib.metadata
-import importlib.util
 import inspect
 from types import SimpleNamespace
 
-from core_monitor import BackendLoadError
+from core_monitor.compat import require_sdk, sdk_changed, supported_range
 
 DISTRIBUTION = "tensorboard-monitor"
 TARGET = "tensorboard_monitor:TensorBoardMonitor"
@@ -29,18 +27,12 @@ _sdk: SimpleNamespace | None = None
 
 # The SDK is imported only when a backend is built, but must be there for the plugin to load.
 SDK = "tensorboard"
-if importlib.util.find_spec(SDK) is None:
-    raise ModuleNotFoundError(f"No module named {SDK!r} ({DISTRIBUTION} needs it)", name=SDK)
+require_sdk(SDK, DISTRIBUTION)
 
 
 def supported() -> str:
     """The TensorBoard requirement the installed plugin declares (``"tensorboard<3,>=2.21"``)."""
-    try:
-        requires = importlib.metadata.requires(DISTRIBUTION) or []
-    except importlib.metadata.PackageNotFoundError:
-        return SUPPORTED_FALLBACK
-    found = [r.split(";")[0].strip() for r in requires if r.lower().startswith("tensorboard")]
-    return found[0] if found else SUPPORTED_FALLBACK
+    return supported_range(DISTRIBUTION, SDK, SUPPORTED_FALLBACK)
 
 
 def sdk() -> SimpleNamespace:
@@ -86,16 +78,9 @@ def sdk() -> SimpleNamespace:
     problems += [f"no Summary.{f}" for f in ("Image", "Value")
                  if not hasattr(summary_pb2.Summary, f)]
     if problems:
-        try:
-            version = importlib.metadata.version(DISTRIBUTION)
-        except importlib.metadata.PackageNotFoundError:
-            version = "unknown"
-        raise BackendLoadError(
-            "tensorboard", DISTRIBUTION, version, TARGET,
-            RuntimeError(f"tensorboard {tensorboard.__version__} is not supported "
-                         f"({'; '.join(problems)}); this plugin supports {supported()}: "
-                         f"`pip install '{supported()}'`"),
-        )
+        raise sdk_changed("tensorboard", DISTRIBUTION, TARGET, sdk=SDK,
+                          sdk_version=tensorboard.__version__, problems=problems,
+                          supported=supported())
     _sdk = SimpleNamespace(
         Event=event_pb2.Event, EventFileWriter=EventFileWriter, hparams_pb=summary_v2.hparams_pb,
         EventAccumulator=EventAccumulator, hparams_metadata=metadata,

@@ -15,9 +15,10 @@ batch (as ``trackio.log`` does), so Trackio applies its own rules: it renames th
 never made Trackio's "current run": a script's own ``trackio.init()``/``trackio.log()`` calls
 are left alone. No network request is made unless ``space_id`` or ``server_url`` is given.
 
-Modules: ``backend`` (the hooks), ``reader`` (read-back), ``media`` (images, histograms and
-text: writing and read-back), ``folder`` (Trackio's one folder per process), ``_compat`` (every
-Trackio internal the plugin uses, and its version check). Importing this package does not
+Modules: ``backend`` (the hooks), ``options`` (option checks), ``start`` (starting a local run),
+``reader`` (read-back), ``media`` (images, histograms and text: writing and read-back),
+``folder`` (Trackio's one folder per process), ``_compat`` (every Trackio internal the plugin
+uses, and its version check). Importing this package does not
 import Trackio; the backend's constructor does.
 """
 

@@ -12,8 +12,6 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
-import importlib.metadata
-import importlib.util
 import inspect
 import io
 import json
@@ -25,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from core_monitor import BackendLoadError
+from core_monitor.compat import require_sdk, sdk_changed, supported_range
 
 DISTRIBUTION = "trackio-monitor"
 TARGET = "trackio_monitor:TrackioMonitor"
@@ -45,18 +44,12 @@ _checked = False
 
 # The SDK is imported only when a backend is built, but must be there for the plugin to load.
 SDK = "trackio"
-if importlib.util.find_spec(SDK) is None:
-    raise ModuleNotFoundError(f"No module named {SDK!r} ({DISTRIBUTION} needs it)", name=SDK)
+require_sdk(SDK, DISTRIBUTION)
 
 
 def supported() -> str:
     """The Trackio requirement the installed plugin declares, e.g. ``"trackio<0.44,>=0.42"``."""
-    try:
-        requires = importlib.metadata.requires(DISTRIBUTION) or []
-    except importlib.metadata.PackageNotFoundError:
-        return SUPPORTED_FALLBACK
-    found = [r.split(";")[0].strip() for r in requires if r.lower().startswith("trackio")]
-    return found[0] if found else SUPPORTED_FALLBACK
+    return supported_range(DISTRIBUTION, SDK, SUPPORTED_FALLBACK)
 
 
 def check() -> None:
@@ -107,15 +100,8 @@ def check_run(run: Any) -> None:
 
 def unsupported(sdk_version: str, problems: list[str]) -> BackendLoadError:
     """The error for a Trackio that lacks what the plugin uses, naming the supported range."""
-    try:
-        version = importlib.metadata.version(DISTRIBUTION)
-    except importlib.metadata.PackageNotFoundError:
-        version = "unknown"
-    return BackendLoadError(
-        "trackio", DISTRIBUTION, version, TARGET,
-        RuntimeError(f"trackio {sdk_version} is not supported ({'; '.join(problems)}); this "
-                     f"plugin supports {supported()}: `pip install '{supported()}'`"),
-    )
+    return sdk_changed("trackio", DISTRIBUTION, TARGET, sdk=SDK, sdk_version=sdk_version,
+                       problems=problems, supported=supported())
 
 
 @functools.cache

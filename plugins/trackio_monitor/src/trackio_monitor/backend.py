@@ -12,9 +12,9 @@ from core_monitor.events import rows_by_step
 
 from . import _compat, folder, media
 from ._compat import RESERVED_TAGS
-from .reader import CONFIG_PREFIX, RENAME_PREFIX, count_rows, stored_name
-
-_RESUME = ("never", "allow", "must")
+from .options import check_options
+from .reader import RENAME_PREFIX, count_rows, stored_name
+from .start import start_local, trackio_config
 
 
 class TrackioMonitor:
@@ -90,8 +90,8 @@ class TrackioMonitor:
         auto_log_cpu: bool | None = False,
         quiet: bool = True,
     ) -> None:
-        _check_options(group, resume, space_id, server_url, private, auto_log_gpu,
-                       auto_log_cpu, quiet)
+        check_options(group, resume, space_id, server_url, private, auto_log_gpu,
+                      auto_log_cpu, quiet)
         _compat.check()
         from trackio.sqlite_storage import SQLiteStorage
 
@@ -103,7 +103,7 @@ class TrackioMonitor:
         self._quiet = quiet
         self._remote = space_id is not None or server_url is not None
         name = stored_name(run)
-        config = _trackio_config(run.config)
+        config = trackio_config(run.config)
         self._dir = folder.acquire(
             None if run.log_dir is None
             else Path(run.log_dir).expanduser().resolve() / folder.SUBDIR
@@ -119,7 +119,7 @@ class TrackioMonitor:
                         embed=False, auto_log_gpu=auto_log_gpu, auto_log_cpu=auto_log_cpu,
                     )
                 else:
-                    self._run = _start_local(
+                    self._run = start_local(
                         run.project, name, config, group=group, resume=resume,
                         auto_log_gpu=auto_log_gpu, auto_log_cpu=auto_log_cpu,
                     )
@@ -175,7 +175,7 @@ class TrackioMonitor:
         """
         if self._run is None:
             raise RuntimeError("trackio: monitor_config after monitor_close")
-        _compat.store_config(self._run, _trackio_config(config), local=not self._remote)
+        _compat.store_config(self._run, trackio_config(config), local=not self._remote)
 
     @hookimpl
     def monitor_flush(self) -> None:
@@ -225,60 +225,3 @@ class TrackioMonitor:
         finally:
             folder.release(self._dir)
 
-
-def _check_options(group: Any, resume: Any, space_id: Any, server_url: Any, private: Any,
-                   auto_log_gpu: Any, auto_log_cpu: Any, quiet: Any) -> None:
-    _check_str("group", group, "a group name such as 'sweep-1'")
-    if resume not in _RESUME:
-        raise ConfigError(f"trackio: resume={resume!r} is not one of "
-                          f"{', '.join(map(repr, _RESUME))}; use resume='allow' to continue a "
-                          "run of the same name if it exists")
-    _check_str("space_id", space_id, "a Space id such as 'user/my-space'")
-    _check_str("server_url", server_url, "a URL such as 'https://host:7860/?write_token=...'")
-    if server_url is not None and not server_url.startswith(("http://", "https://")):
-        raise ConfigError(f"trackio: server_url={server_url!r} must start with http:// or https://")
-    for option, value in (("private", private), ("auto_log_gpu", auto_log_gpu),
-                          ("auto_log_cpu", auto_log_cpu)):
-        if value is not None and not isinstance(value, bool):
-            raise ConfigError(f"trackio: {option}={value!r} must be True, False or None")
-    if not isinstance(quiet, bool):
-        raise ConfigError(f"trackio: quiet={quiet!r} must be True or False")
-
-
-def _check_str(option: str, value: Any, example: str) -> None:
-    if value is not None and (not isinstance(value, str) or not value.strip()):
-        raise ConfigError(f"trackio: {option}={value!r} must be None or {example}")
-
-
-def _trackio_config(config: Mapping[str, Any]) -> dict[str, Any]:
-    """A config as Trackio accepts it: Trackio refuses keys starting with ``_`` (its own
-    ``_Username``, ``_Created``, ``_Group``), so such a key ``_k`` is stored as ``config._k``."""
-    return {(CONFIG_PREFIX + key if key.startswith("_") else key): value
-            for key, value in config.items()}
-
-
-def _start_local(project: str, name: str, config: dict[str, Any], *, group: str | None,
-                 resume: str, auto_log_gpu: bool | None, auto_log_cpu: bool | None) -> Any:
-    """Start a local run the way ``trackio.init`` does, without touching Trackio's globals."""
-    from trackio.apple_gpu import apple_gpu_available
-    from trackio.cpu import cpu_available
-    from trackio.gpu import gpu_available
-    from trackio.sqlite_storage import SQLiteStorage
-
-    run_id = None
-    if resume != "never":
-        record = SQLiteStorage.get_latest_run_record_by_name(project, name)
-        if record is None and resume == "must":
-            raise ConfigError(
-                f"trackio: resume='must' but project {project!r} has no run named {name!r} in "
-                f"{_compat.trackio_home()}; use resume='allow' to start it when missing"
-            )
-        run_id = None if record is None else record["id"]
-    if auto_log_gpu is None:
-        auto_log_gpu = gpu_available() or apple_gpu_available()
-    if auto_log_cpu is None:
-        auto_log_cpu = cpu_available()
-    return _compat.new_local_run(
-        project=project, name=name, run_id=run_id, group=group, config=config,
-        auto_log_gpu=auto_log_gpu, auto_log_cpu=auto_log_cpu,
-    )

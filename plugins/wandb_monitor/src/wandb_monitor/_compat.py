@@ -12,8 +12,6 @@ supported range (the plugin's declared dependency). Nothing here imports wandb a
 
 from __future__ import annotations
 
-import importlib.metadata
-import importlib.util
 import inspect
 import os
 import struct
@@ -23,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from core_monitor import BackendLoadError
+from core_monitor.compat import require_sdk, sdk_changed, supported_range
 
 DISTRIBUTION = "wandb-monitor"
 TARGET = "wandb_monitor:WandbMonitor"
@@ -42,18 +41,12 @@ _checked = False
 
 # The SDK is imported only when a backend is built, but must be there for the plugin to load.
 SDK = "wandb"
-if importlib.util.find_spec(SDK) is None:
-    raise ModuleNotFoundError(f"No module named {SDK!r} ({DISTRIBUTION} needs it)", name=SDK)
+require_sdk(SDK, DISTRIBUTION)
 
 
 def supported() -> str:
     """The wandb requirement the installed plugin declares, e.g. ``"wandb<0.32,>=0.31"``."""
-    try:
-        requires = importlib.metadata.requires(DISTRIBUTION) or []
-    except importlib.metadata.PackageNotFoundError:
-        return SUPPORTED_FALLBACK
-    found = [r.split(";")[0].strip() for r in requires if r.lower().startswith("wandb")]
-    return found[0] if found else SUPPORTED_FALLBACK
+    return supported_range(DISTRIBUTION, SDK, SUPPORTED_FALLBACK)
 
 
 def check() -> None:
@@ -87,15 +80,8 @@ def check() -> None:
 
 def unsupported(sdk_version: str, problems: list[str]) -> BackendLoadError:
     """The error for a wandb that lacks what the plugin uses, naming the supported range."""
-    try:
-        version = importlib.metadata.version(DISTRIBUTION)
-    except importlib.metadata.PackageNotFoundError:
-        version = "unknown"
-    return BackendLoadError(
-        "wandb", DISTRIBUTION, version, TARGET,
-        RuntimeError(f"wandb {sdk_version} is not supported ({'; '.join(problems)}); this "
-                     f"plugin supports {supported()}: `pip install '{supported()}'`"),
-    )
+    return sdk_changed("wandb", DISTRIBUTION, TARGET, sdk=SDK, sdk_version=sdk_version,
+                       problems=problems, supported=supported())
 
 
 # wandb's process-wide state ------------------------------------------------------------------
