@@ -54,7 +54,8 @@ def build_wheels(session: nox.Session, folders: list[Path]) -> list[str]:
             old.unlink()
     session.install("uv")
     for folder in folders:
-        session.run("uv", "build", "--wheel", "--quiet", "--out-dir", str(out), str(folder))
+        session.run_install("uv", "build", "--wheel", "--quiet", "--out-dir", str(out),
+                            str(folder))  # run_install: also under `nox --install-only`
     return sorted(str(w) for w in out.glob("*.whl"))
 
 
@@ -203,7 +204,7 @@ def lowest(session: nox.Session, name: str) -> None:
 
 @nox.session
 def bench(session: nox.Session) -> None:
-    """Benchmarks B1-B6 against installed wheels; `nox -s bench -- --quick` for a short run.
+    """Benchmarks B1-B7 and P3/P7/sustained against installed wheels; `-- --quick`: a short run.
 
     Prints the table; writes benchmarks/results/latest.json and latest.md. Fails when a backend
     stored fewer scalars than it was sent. Arguments after `--` go to benchmarks/run.py.
