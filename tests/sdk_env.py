@@ -27,6 +27,7 @@ OFFLINE_ENV = {
     "GRADIO_ANALYTICS_ENABLED": "False",
     "DO_NOT_TRACK": "1",
     "MLFLOW_DISABLE_TELEMETRY": "true",
+    "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",  # read_media downloads: no tqdm lines
 }
 #: Folders the SDKs (and the caches they use) read from the environment.
 FOLDER_ENV = (
