@@ -194,10 +194,10 @@ class Monitor(MonitorBase):
             raise TypeError(f"log() takes a mapping of {{tag: value}}, not "
                             f"{type(metrics).__name__}; e.g. monitor.log({{'loss': 0.5}}, step=1)")
         known = self._tags
-        rows = None  # the common case: every tag known, every value a float
-        media: list[tuple[str, Any]] = []
+        rows = media = None  # the common case: every tag known, every value a float
         for tag, value in metrics.items():
             if type(value) is not float or tag not in known:
+                media = []  # (tag, media value), taken out of the rows
                 rows = metric_rows(metrics, known, KNOWN_TAGS, media_taker(media))
                 break
         if step is not None and (type(step) is not int or not 0 <= step <= MAX_STEP):
