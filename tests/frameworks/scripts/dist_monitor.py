@@ -80,6 +80,11 @@ def main() -> None:
                          "world_size": run.world_size, "log_dir": str(run.log_dir)}
     result["modules"] = sorted(sys.modules)
     Path(f"{out}.rank{rank}.json").write_text(json.dumps(result))
+    if scenario in ("reduce", "mismatch"):
+        # Leave together and tear the group down: a rank exiting while the other still closes
+        # its backends, with the gloo group alive, was seen to abort in gloo's destructor.
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":
