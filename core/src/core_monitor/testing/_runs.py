@@ -113,7 +113,7 @@ class RunChecks:
                     if getattr(getattr(backend_class, hook, None), MARK, None) is not None}
         recording = type(f"Recording{backend_class.__name__}", (backend_class,),
                          {"name": Monitor.backend_name(backend_class), **recorded})
-        monitor = make_monitor(backend=recording)
+        monitor = make_monitor(backend=recording, dispatch="sync")  # calls: in-process
         monitor.log({"loss": 0.5}, step=1)
         with warnings.catch_warnings():  # a backend without monitor_config: one BackendWarning
             warnings.simplefilter("ignore", BackendWarning)
@@ -156,7 +156,8 @@ class RunChecks:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             monitor = Monitor([WriteOnly], project="contract", name="write-only",
-                              log_dir=tmp_path / "write-only", strict=True)
+                              log_dir=tmp_path / "write-only", strict=True,
+                              dispatch="sync")  # rows: a list in this process
             monitor.log({"loss": 0.5}, step=3)
             monitor.flush()
             monitor.log_config({"lr": 0.1})
