@@ -15,7 +15,9 @@ from pathlib import Path
 import pytest
 from sdk_env import DROP_ENV, offline_env  # tests/sdk_env.py: also used by benchmarks and nox
 
-pytest_plugins = ["pytester"]  # tests/core/test_contract_kit.py runs the kit on broken backends
+# pytester: tests/core/test_contract_kit.py runs the kit on broken backends. The kit's plugin
+# (its monitor_factory fixture) is opt-in, as for any project that installs core-monitor.
+pytest_plugins = ["pytester", "core_monitor.testing"]
 
 _SESSION_HOME = Path(tempfile.mkdtemp(prefix="monitors-tests-"))
 
