@@ -18,9 +18,12 @@ from collections.abc import Sequence
 
 from . import discovery
 
+#: What ``monitors list`` says when nothing is installed. The core names no backend: each is a
+#: distribution of its own, found only through its entry point.
 NO_BACKENDS = (
-    "No backend is installed. Install one, e.g. `pip install trackio-monitor` "
-    "(also: tensorboard-monitor, wandb-monitor)."
+    "No backend is installed. A backend is a distribution declaring an entry point in the "
+    f"group {discovery.GROUP!r}, usually named after its tracker: `pip install <tracker>-monitor`. "
+    "`monitors new NAME` writes a new one."
 )
 
 
