@@ -200,7 +200,8 @@ class RunChecks:
         chief.log({"loss": 2.0}, step=0)
         chief.close()
         hint = ("; on run.rank > 0 the backend must write a run of its own (e.g. named "
-                "'<name>-rank<rank>') and read_rows(run) must read that run for run.rank > 0")
+                "run.ranked_name, '<name>-rank<rank>') and read_rows(run) must read that run "
+                "for run.rank > 0")
         for run, want in ((ranked.run, [(0, 1.0), (1, 1.5)]), (chief.run, [(0, 2.0)])):
             got = self.by_tag(read_rows(run))
             expected = [(s, stored_as(v, dtype)) for s, v in want]
