@@ -47,13 +47,13 @@ from mlflow_monitor import (
     escape_key,
     find_run,
     local_store_uri,
-    media,
     media_key,
     media_tag,
     param_value,
     read_config,
     read_media,
     read_rows,
+    storage,
     unescape_key,
 )
 
@@ -395,7 +395,7 @@ def test_media_are_mlflow_images_and_text_files_at_the_callers_steps(
 def test_media_tags_are_escaped_reversibly_and_a_too_long_one_is_reported(
     tmp_path, monkeypatch, sqlite_uri
 ):
-    tags = ["loss 🔥", "acc,top5", "--x", "a:b", "é/ü", "x" * media.MAX_MEDIA_KEY, "val/ok",
+    tags = ["loss 🔥", "acc,top5", "--x", "a:b", "é/ü", "x" * storage.MAX_MEDIA_KEY, "val/ok",
             "/lead", "a~b", "n-2d-"]
     assert media_key("loss 🔥") == MEDIA_ESCAPE + "loss -1f525-"
     assert media_key("acc,top5") == "--acc-2c-top5" and media_key("--x") == "---2d--2d-x"
