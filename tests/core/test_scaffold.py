@@ -20,10 +20,10 @@ from core_monitor.scaffold import ScaffoldError, create_plugin, plugin_names
 from core_monitor.testing import MonitorContract
 from core_monitor.testing._media import MediaChecks
 
+#: Five files: one module holding the backend and its reader, one test file.
 FILES = {
-    ".gitignore", "README.md", "pyproject.toml", "src/csv_monitor/__init__.py",
-    "src/csv_monitor/backend.py", "src/csv_monitor/reader.py", "src/csv_monitor/py.typed",
-    "tests/test_contract.py",
+    "README.md", "pyproject.toml", "src/csv_monitor/__init__.py", "src/csv_monitor/py.typed",
+    "tests/test_csv_monitor.py",
 }
 
 
@@ -53,16 +53,18 @@ def test_new_writes_a_distribution_with_the_entry_point_and_the_kit(work, capsys
 
     out = capsys.readouterr().out
     assert f"pip install '{target}[test]' && pytest {target}" in out
-    init = (target / "src" / "csv_monitor" / "__init__.py").read_text()
-    assert "import csv" not in init  # __init__ re-exports only (INTERFACES: no SDK imports)
-    assert "class TestCsvMonitorContract(MonitorContract)" in (
-        target / "tests" / "test_contract.py").read_text()
+    module = (target / "src" / "csv_monitor" / "__init__.py").read_text()
+    assert "class CsvMonitor:" in module and "def read_rows(run: RunInfo)" in module
+    tests = (target / "tests" / "test_csv_monitor.py").read_text()
+    assert "class TestCsvMonitorContract(MonitorContract):" in tests
+    assert "    backend_class = CsvMonitor\n" in tests  # the kit's class attributes
 
 
 def test_new_defaults_to_name_monitor_in_the_current_folder(work, monkeypatch):
     monkeypatch.chdir(work)
     assert create_plugin("my-tracker") == work / "my-tracker-monitor"
-    assert "src/my_tracker_monitor/backend.py" in files_under(work / "my-tracker-monitor")
+    assert "src/my_tracker_monitor/__init__.py" in files_under(work / "my-tracker-monitor")
+    assert "tests/test_my_tracker_monitor.py" in files_under(work / "my-tracker-monitor")
     pyproject = (work / "my-tracker-monitor" / "pyproject.toml").read_text()
     assert 'my-tracker = "my_tracker_monitor:MyTrackerMonitor"' in pyproject
 
@@ -82,7 +84,7 @@ def test_the_generated_backend_passes_the_contract_kit(work, pytester):
     media = [n for n in dir(MediaChecks) if n.startswith("test_") and "declared" not in n]
     result.assert_outcomes(passed=len(kit_tests) - len(media) - 1, skipped=len(media) + 1,
                            deselected=3)
-    result.stdout.fnmatch_lines(["*'csv_monitor.backend' is not provided by an installed*"])
+    result.stdout.fnmatch_lines(["*'csv_monitor' is not provided by an installed*"])
 
 
 @pytest.mark.parametrize(("name", "says"), [
