@@ -1,7 +1,7 @@
 """Fixtures shared by the core's tests.
 
 ``monitor_factory`` (real monitors, closed at teardown) comes from ``core_monitor.testing``,
-the pytest plugin ``tests/conftest.py`` names.
+the pytest plugin the repository's ``conftest.py`` names.
 """
 
 from __future__ import annotations

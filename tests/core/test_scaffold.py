@@ -8,12 +8,11 @@ tests/integration/test_new_plugin.py.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import tomllib
+from interpreter import run_python
 
 from core_monitor import cli, scaffold
 from core_monitor.scaffold import ScaffoldError, create_plugin, plugin_names
@@ -146,6 +145,5 @@ def test_the_kit_without_pytest_says_which_extra_to_install(work):
     code = ("import sys; sys.modules['pytest'] = None\n"
             "try:\n    import core_monitor.testing\n"
             "except ImportError as error:\n    print(error)\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          cwd=work, check=True)
+    done = run_python(code, cwd=work)
     assert "pip install 'core-monitor[testing]'" in done.stdout

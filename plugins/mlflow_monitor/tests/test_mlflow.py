@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import ClassVar
 
 import pytest
+from interpreter import run_python
 
 pytest.importorskip("mlflow_monitor")
 
@@ -233,9 +234,7 @@ def monitor_factory(tmp_path, mlflow_server):
 def test_importing_the_plugin_imports_no_mlflow():
     code = "import sys, mlflow_monitor; print(sorted(m for m in sys.modules if 'mlflow' == m " \
            "or m.startswith('mlflow.')))"
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120, check=True)
-    assert done.stdout.strip() == "[]"
+    assert run_python(code, timeout=120).stdout.strip() == "[]"
 
 
 def test_ten_thousand_steps_of_eight_scalars_read_back_exactly(monitor_factory, mlflow_server):
@@ -589,8 +588,7 @@ def test_an_mlflow_of_another_shape_fails_loudly_naming_the_supported_versions()
             print(error)
         """
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120, check=True)
+    done = run_python(code, timeout=120)
     assert "MLFLOW_HTTP_REQUEST_TIMEOUT" in done.stdout
     assert _compat.SUPPORTED in done.stdout and "mlflow-monitor" in done.stdout
 
@@ -733,7 +731,7 @@ def test_the_acceptance_script_in_a_fresh_interpreter(tmp_path, mlflow_server):
                 monitor.log({{"loss": 1 / (step + 1), "lr": step * 1e-4}}, step=step)
         """
     )
-    subprocess.run([sys.executable, "-c", script], check=True, timeout=300, cwd=tmp_path)
+    run_python(script, cwd=tmp_path)
     steps = [*range(5), 3, *range(5, 300)]
     rows = read_rows(RunInfo(project="acceptance", name="script"), tracking_uri=mlflow_server.uri)
     assert [s for t, s, _ in rows if t == "loss"] == steps

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import trackio
-from _subprocess import imported_after, load_error_after, run_python
+from interpreter import imported_after, load_error_after, run_python
 from trackio import context_vars, utils
 from trackio.sqlite_storage import SQLiteStorage
 

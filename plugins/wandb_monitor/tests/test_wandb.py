@@ -11,7 +11,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from _subprocess import imported_after, load_error_after
+from interpreter import imported_after, load_error_after, run_python
 
 from core_monitor import ConfigError, Monitor, RunInfo
 from core_monitor.testing import MonitorContract
@@ -171,10 +171,7 @@ def test_c3_rows_survive_a_process_that_exits_without_close(tmp_path):
                 print(entry)
         """
     )
-    result = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300
-    )
-    assert result.returncode == 0, result.stderr
+    result = run_python(script)
     (run_dir,) = find_run_dirs(log_dir, name="no-close")
     assert read_rows(RunInfo("c3", "no-close", log_dir=log_dir)) == [
         ("loss", 0, 0.0), ("loss", 1, 0.5), ("loss", 2, 1.0)
