@@ -57,21 +57,10 @@ def session_start_info(folder: Path):
 
 
 class TestTensorBoardContract(MonitorContract):
-    @pytest.fixture
-    def backend_class(self):
-        return TensorBoardMonitor
-
-    @pytest.fixture
-    def read_rows(self):
-        return read_rows
-
-    @pytest.fixture
-    def read_config(self):
-        return read_config
-
-    @pytest.fixture
-    def read_media(self):
-        return read_media
+    backend_class = TensorBoardMonitor
+    read_rows = staticmethod(read_rows)
+    read_config = staticmethod(read_config)
+    read_media = staticmethod(read_media)
 
 
 @pytest.fixture

@@ -70,25 +70,11 @@ def records_of(run_dir: Path, kind: str) -> list:
 
 
 class TestWandbContract(MonitorContract):
-    @pytest.fixture
-    def backend_class(self):
-        return WandbMonitor
-
-    @pytest.fixture
-    def backend_options(self):
-        return OPTIONS
-
-    @pytest.fixture
-    def read_rows(self):
-        return read_rows
-
-    @pytest.fixture
-    def read_config(self):
-        return read_config
-
-    @pytest.fixture
-    def read_media(self):
-        return read_media
+    backend_class = WandbMonitor
+    backend_options = OPTIONS
+    read_rows = staticmethod(read_rows)
+    read_config = staticmethod(read_config)
+    read_media = staticmethod(read_media)
 
 
 @pytest.fixture
