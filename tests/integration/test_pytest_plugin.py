@@ -45,6 +45,11 @@ def test_an_unrelated_project_does_not_load_the_kit_until_it_names_it(
     core_venv.install(f"{wheels['core-monitor']}[testing]")  # core-monitor and pytest
     project = tmp_path / "unrelated"
     project.mkdir()
+    # A project of its own: its own pytest configuration makes it pytest's rootdir, so no
+    # configuration or conftest.py of a folder above it applies (under nox, tmp_path lies
+    # inside this repository, whose conftest.py names the kit).
+    (project / "pyproject.toml").write_text('[project]\nname = "unrelated"\nversion = "1"\n\n'
+                                            "[tool.pytest.ini_options]\n")
     (project / "test_unrelated.py").write_text(UNRELATED_TEST)
     done = core_venv.run(["python", "-m", "pytest", "-q", "-p", "no:cacheprovider"],
                          cwd=project, expect=1)
