@@ -6,13 +6,16 @@
                       mlflow (a local SQLite store)
     nox -s lint       ruff
     nox -s bench      benchmarks (prints ratios, writes benchmarks/results/)
-    nox -s "plugin(name='trackio')"   one plugin's wheel next to the core, its tests and the kit
+    nox -s "plugin(name='trackio')"   one plugin's wheel next to the core, its tests
+                      (plugins/trackio_monitor/tests) and the kit
     nox -s lowest     each plugin's tests against the lowest SDK version it declares
     nox -s frameworks real DeepSpeed, accelerate, Lightning and HF Trainer runs on CPU, and
                       torchrun --nproc_per_node 2 (gloo), against the wheels (tests/frameworks)
+    nox -s dev        the development loop: editable installs in a reused venv, every test but
+                      the slow ones; `nox -s dev -- --lf` reruns what failed last
 
-Nothing is installed editable and nothing relies on PYTHONPATH: the tests see the packages exactly
-as a user who ran `pip install core-monitor trackio-monitor` would.
+Outside `dev` nothing is installed editable and nothing relies on PYTHONPATH: the tests see the
+packages exactly as a user who ran `pip install core-monitor trackio-monitor` would.
 """
 
 from __future__ import annotations
@@ -39,6 +42,10 @@ PLUGINS = {
     "mlflow": ROOT / "plugins" / "mlflow_monitor",
 }
 FIXTURES = sorted(p for p in (ROOT / "tests" / "fixtures").iterdir() if p.is_dir())
+#: Every test but the framework runs (`nox -s frameworks`): the core's, the integration tests
+#: and each plugin's own tests, beside its code.
+SUITE = ["tests", *(str(folder / "tests") for folder in PLUGINS.values()),
+         "--ignore=tests/frameworks"]
 TEST_DEPS = ["pytest>=8", "pytest-timeout", "numpy", "uv"]
 
 nox.options.default_venv_backend = "uv|virtualenv"
@@ -80,7 +87,7 @@ def tests(session: nox.Session) -> None:
     install_wheels(session, wheels, *TEST_DEPS)
     session.run("monitors", "list", "--json")
     session.run(
-        "pytest", "--timeout=600", *(session.posargs or ["tests", "--ignore=tests/frameworks"]),
+        "pytest", "--timeout=600", *(session.posargs or SUITE),
         env={**offline_env(session), "MONITORS_WHEELS": os.pathsep.join(wheels)},
     )
 
@@ -171,7 +178,26 @@ def plugin(session: nox.Session, name: str) -> None:
     wheels = build_wheels(session, [CORE, PLUGINS[name]])
     install_wheels(session, wheels, *TEST_DEPS)
     session.run("monitors", "list", "--check")
-    session.run("pytest", "--timeout=600", f"tests/plugins/test_{name}.py",
+    session.run("pytest", "--timeout=600", str(PLUGINS[name] / "tests"), *session.posargs,
+                env=offline_env(session))
+
+
+@nox.session(reuse_venv=True)
+def dev(session: nox.Session) -> None:
+    """The fast loop while developing: the core, the plugins and the test backends installed
+    editable in a venv kept between runs, so an edit needs no rebuild, then every test except
+    the slow ones (`-m "not slow"`: the wheel-and-venv tests of tests/integration) and the
+    framework runs. Arguments after `--` replace the test selection, e.g. `nox -s dev -- --lf`
+    (the last failures; pytest's cache is on) or `nox -s dev -- plugins/wandb_monitor/tests`.
+
+    The CI sessions (`tests`, `plugin`, `lowest`, `frameworks`) install wheels instead: what
+    an editable install cannot show (a file left out of a wheel, the kit's check that a
+    plugin's import pulls in no SDK, which needs installed metadata) shows there.
+    """
+    editable = [arg for folder in [CORE, *PLUGINS.values(), *FIXTURES]
+                for arg in ("--editable", str(folder))]
+    session.install(*editable, *TEST_DEPS)
+    session.run("pytest", "--timeout=600", *(session.posargs or [*SUITE, "-m", "not slow"]),
                 env=offline_env(session))
 
 
@@ -198,7 +224,7 @@ def lowest(session: nox.Session, name: str) -> None:
     install_wheels(session, wheels, *TEST_DEPS, *pins)
     session.log(f"lowest declared: {', '.join(pins)}")
     session.run("monitors", "list", "--check")
-    session.run("pytest", "--timeout=600", f"tests/plugins/test_{name}.py",
+    session.run("pytest", "--timeout=600", str(PLUGINS[name] / "tests"), *session.posargs,
                 env=offline_env(session))
 
 

@@ -2,9 +2,9 @@
 
 The SDKs read their folders and modes from environment variables; pointing every folder under a
 temporary root and every SDK offline keeps runs away from the user's home and off the network.
-Used by ``tests/conftest.py``, ``tests/integration/conftest.py``, ``benchmarks/harness.py`` and
-``noxfile.py`` (which loads this file by path, before any package is installed: standard library
-only).
+Used by the repository's ``conftest.py``, ``tests/integration/conftest.py``,
+``benchmarks/harness.py`` and ``noxfile.py`` (which loads this file by path, before any package
+is installed: standard library only).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Fixtures shared by the core's tests.
 
 ``monitor_factory`` (real monitors, closed at teardown) comes from ``core_monitor.testing``,
-which installing ``core-monitor`` registers as a pytest plugin.
+the pytest plugin the repository's ``conftest.py`` names.
 """
 
 from __future__ import annotations

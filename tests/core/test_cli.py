@@ -10,7 +10,7 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
-from _imports import imported, modules_after
+from interpreter import imported, modules_after
 
 from core_monitor.discovery import DISABLE_ENV, installed_backends
 

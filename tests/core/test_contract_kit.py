@@ -14,22 +14,62 @@ from core_monitor.testing import MonitorContract
 
 
 class TestJsonlBackend(MonitorContract):
-    @pytest.fixture
-    def backend_class(self):
-        return JsonlMonitor
+    """What to test, as class attributes (the way ``monitors new`` writes it)."""
 
-    @pytest.fixture
-    def read_rows(self):
-        return read_rows
+    backend_class = JsonlMonitor
+    read_rows = staticmethod(read_rows)
+    read_config = read_config  # a plain function works too
 
     @pytest.fixture
     def monitor_factory(self):
         """A plugin's tests may have their own fixture of this name: the kit must not use it."""
         return "the plugin's own fixture, unrelated to the kit"
 
+
+class TestJsonlBackendThroughFixtures(MonitorContract):
+    """The same, as fixtures: the way for a value that needs another fixture."""
+
+    @pytest.fixture
+    def backend_class(self):
+        return JsonlMonitor
+
+    @pytest.fixture
+    def backend_options(self, tmp_path):
+        return {}
+
+    @pytest.fixture
+    def read_rows(self, tmp_path):
+        return read_rows
+
     @pytest.fixture
     def read_config(self):
         return read_config
+
+
+def test_class_attributes_become_the_kits_fixtures():
+    """A class attribute would hide the kit's fixture of that name from pytest; the kit keeps
+    the value and puts its fixture back, while a subclass's own fixture stays its own."""
+    kit = vars(MonitorContract)
+    assert vars(TestJsonlBackend)["backend_class"] is kit["backend_class"]
+    assert TestJsonlBackend._supplied == {"backend_class": JsonlMonitor,
+                                          "read_rows": read_rows, "read_config": read_config}
+    assert TestJsonlBackendThroughFixtures._supplied == {}
+    assert vars(TestJsonlBackendThroughFixtures)["backend_class"] is not kit["backend_class"]
+
+    class Child(TestJsonlBackend):  # inherits the values, replaces one by a fixture
+        @pytest.fixture
+        def read_config(self):
+            return read_config
+
+    assert Child._supplied == {"backend_class": JsonlMonitor, "read_rows": read_rows}
+    assert vars(Child)["read_config"] is not kit["read_config"]
+
+
+def test_backend_options_must_be_a_mapping():
+    with pytest.raises(TypeError, match=r"Bad.backend_options = \('fsync',\): give a dict"):
+        class Bad(MonitorContract):
+            backend_class = JsonlMonitor
+            backend_options = ("fsync",)
 
 
 # The kit must fail a backend that breaks the contract. Each backend below breaks one rule; the
@@ -214,13 +254,8 @@ class ConfigWithoutReader(Base):
 
 def kit_for(backend, reader=read):
     class Kit(MonitorContract):
-        @pytest.fixture
-        def backend_class(self):
-            return backend
-
-        @pytest.fixture
-        def read_rows(self):
-            return reader
+        backend_class = backend
+        read_rows = staticmethod(reader)
 
     return Kit
 
@@ -238,6 +273,11 @@ TestEscapesTags = kit_for(EscapesTags)
 TestClosesLate = kit_for(ClosesLate)
 TestBadCapability = kit_for(BadCapability)
 TestConfigWithoutReader = kit_for(ConfigWithoutReader)
+
+
+class TestSaysNothing(MonitorContract):
+    """Names no backend class."""
+    read_rows = staticmethod(read)
 '''
 
 
@@ -274,6 +314,9 @@ MESSAGES = [
      "your storage cannot, declare rows_readable_after = 'close'"),
     ("TestBadCapability::test_explicit_steps_are_stored_exactly",
      "BadCapability.rows_readable_after = 'never' is not one of 'flush', 'close'"),
+    ("TestSaysNothing::test_explicit_steps_are_stored_exactly",
+     "TestSaysNothing does not say what to test: set the class attribute backend_class = "
+     "YourMonitor (the class your entry point names) (or define a fixture backend_class)"),
 ]
 
 
@@ -298,7 +341,9 @@ def test_kit_failures_say_expected_stored_and_what_to_fix(pytester):
     assert "TestClosesLate::test_close_is_idempotent" not in failed
     assert ("the backend declares stores_config = True but the test class has no read_config "
             "fixture") in output
-    # The kit tests that check the core's guarantees pass whatever the backend stores.
+    # The kit tests that check the core's guarantees pass whatever the backend stores (for a
+    # class that names one).
     core_checks = ("test_core_runs_a_backend_with_only_monitor_write",
                    "test_no_hook_is_called_after_close")
-    assert not {f for f in failed if f.endswith(core_checks)}, output[-3000:]
+    assert not {f for f in failed if f.endswith(core_checks)
+                and not f.startswith("TestSaysNothing")}, output[-3000:]

@@ -8,13 +8,10 @@ Uses the test distributions in ``tests/fixtures`` (installed in the test environ
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from importlib import metadata
 
 import pytest
-from _imports import imported, modules_after
+from interpreter import imported, modules_after, run_python
 from jsonl_monitor import read_rows
 
 from core_monitor import (
@@ -194,12 +191,8 @@ def test_disabling_other_backends_leaves_the_selected_one_working(
 
 
 def test_monitors_list_shows_a_disabled_backend(tmp_path):
-    env = {**os.environ, DISABLE_ENV: "jsonl"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "core_monitor.cli", "list", "--json"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
-    )
-    assert proc.returncode == 0, proc.stderr
+    proc = run_python("import sys\nfrom core_monitor import cli\nsys.exit(cli.main())",
+                      "list", "--json", cwd=tmp_path, env={DISABLE_ENV: "jsonl"}, timeout=120)
     rows = {(r["name"], r["distribution"]): r for r in json.loads(proc.stdout)}
     assert rows["jsonl", "jsonl-monitor"]["status"].startswith("disabled")
     assert not rows["broken", "broken-monitor"]["status"].startswith("disabled")

@@ -14,7 +14,7 @@ import warnings
 
 import numpy as np
 import pytest
-from _imports import imported, modules_after
+from interpreter import imported, modules_after
 
 from core_monitor import BackendWarning, Histogram, Image, Text, hookimpl
 from core_monitor.hookspecs import Capabilities

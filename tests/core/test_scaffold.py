@@ -8,22 +8,21 @@ tests/integration/test_new_plugin.py.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import tomllib
+from interpreter import run_python
 
 from core_monitor import cli, scaffold
 from core_monitor.scaffold import ScaffoldError, create_plugin, plugin_names
 from core_monitor.testing import MonitorContract
 from core_monitor.testing._media import MediaChecks
 
+#: Five files: one module holding the backend and its reader, one test file.
 FILES = {
-    ".gitignore", "README.md", "pyproject.toml", "src/csv_monitor/__init__.py",
-    "src/csv_monitor/backend.py", "src/csv_monitor/reader.py", "src/csv_monitor/py.typed",
-    "tests/test_contract.py",
+    "README.md", "pyproject.toml", "src/csv_monitor/__init__.py", "src/csv_monitor/py.typed",
+    "tests/test_csv_monitor.py",
 }
 
 
@@ -53,16 +52,18 @@ def test_new_writes_a_distribution_with_the_entry_point_and_the_kit(work, capsys
 
     out = capsys.readouterr().out
     assert f"pip install '{target}[test]' && pytest {target}" in out
-    init = (target / "src" / "csv_monitor" / "__init__.py").read_text()
-    assert "import csv" not in init  # __init__ re-exports only (INTERFACES: no SDK imports)
-    assert "class TestCsvMonitorContract(MonitorContract)" in (
-        target / "tests" / "test_contract.py").read_text()
+    module = (target / "src" / "csv_monitor" / "__init__.py").read_text()
+    assert "class CsvMonitor:" in module and "def read_rows(run: RunInfo)" in module
+    tests = (target / "tests" / "test_csv_monitor.py").read_text()
+    assert "class TestCsvMonitorContract(MonitorContract):" in tests
+    assert "    backend_class = CsvMonitor\n" in tests  # the kit's class attributes
 
 
 def test_new_defaults_to_name_monitor_in_the_current_folder(work, monkeypatch):
     monkeypatch.chdir(work)
     assert create_plugin("my-tracker") == work / "my-tracker-monitor"
-    assert "src/my_tracker_monitor/backend.py" in files_under(work / "my-tracker-monitor")
+    assert "src/my_tracker_monitor/__init__.py" in files_under(work / "my-tracker-monitor")
+    assert "tests/test_my_tracker_monitor.py" in files_under(work / "my-tracker-monitor")
     pyproject = (work / "my-tracker-monitor" / "pyproject.toml").read_text()
     assert 'my-tracker = "my_tracker_monitor:MyTrackerMonitor"' in pyproject
 
@@ -82,7 +83,7 @@ def test_the_generated_backend_passes_the_contract_kit(work, pytester):
     media = [n for n in dir(MediaChecks) if n.startswith("test_") and "declared" not in n]
     result.assert_outcomes(passed=len(kit_tests) - len(media) - 1, skipped=len(media) + 1,
                            deselected=3)
-    result.stdout.fnmatch_lines(["*'csv_monitor.backend' is not provided by an installed*"])
+    result.stdout.fnmatch_lines(["*'csv_monitor' is not provided by an installed*"])
 
 
 @pytest.mark.parametrize(("name", "says"), [
@@ -144,6 +145,5 @@ def test_the_kit_without_pytest_says_which_extra_to_install(work):
     code = ("import sys; sys.modules['pytest'] = None\n"
             "try:\n    import core_monitor.testing\n"
             "except ImportError as error:\n    print(error)\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          cwd=work, check=True)
+    done = run_python(code, cwd=work)
     assert "pip install 'core-monitor[testing]'" in done.stdout

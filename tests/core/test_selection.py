@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _imports import imported, modules_after
+from interpreter import imported, modules_after
 from jsonl_monitor import read_rows, run_file
 
 import tensorboard_monitor

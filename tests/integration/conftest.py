@@ -5,7 +5,8 @@ The distributions (core, the plugins, the test backends of ``tests/fixtures``) a
 or, when it is unset, built here with ``uv build --wheel``. Venvs are made with ``uv venv`` and
 filled with ``uv pip install --python <venv python>``: no editable install, no ``PYTHONPATH``.
 Every command runs with ``cwd`` under ``tmp_path``, offline, with each SDK folder under
-``tmp_path`` (the environment ``tests/conftest.py`` sets up).
+``tmp_path`` (the environment the repository's ``conftest.py`` sets up). Every test here is
+marked ``slow`` (it builds venvs): ``nox -s dev`` leaves them out.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sdk_env import offline_env  # tests/sdk_env.py (tests/ is on sys.path via tests/conftest.py)
+from sdk_env import offline_env  # tests/sdk_env.py (tests/ is on pytest's pythonpath)
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -35,9 +36,17 @@ SOURCES = {
     "broken-monitor": ROOT / "tests" / "fixtures" / "broken_monitor",
 }
 PLUGINS = ("trackio-monitor", "tensorboard-monitor", "wandb-monitor", "mlflow-monitor")
+HERE = Path(__file__).resolve().parent
 # Variables that must not leak from the test process into a user's venv.
 _DROP = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "VIRTUAL_ENV", "CONDA_PREFIX",
          "PYTEST_CURRENT_TEST", "PYTEST_ADDOPTS", "__PYVENV_LAUNCHER__")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test of this folder ``slow``: each builds or drives real venvs."""
+    for item in items:
+        if HERE in Path(item.path).parents:
+            item.add_marker(pytest.mark.slow)
 
 
 def _uv() -> str:
@@ -55,8 +64,9 @@ def _uv() -> str:
 def _uv_env() -> dict[str, str]:
     """The caller's environment for uv, so it uses the user's package cache.
 
-    ``tests/conftest.py`` points ``XDG_CACHE_HOME``/``XDG_CONFIG_HOME`` under a temporary
-    folder; uv would then start from an empty cache each session. ``UV_CACHE_DIR`` still wins.
+    The repository's ``conftest.py`` points ``XDG_CACHE_HOME``/``XDG_CONFIG_HOME`` under a
+    temporary folder; uv would then start from an empty cache each session. ``UV_CACHE_DIR``
+    still wins.
     """
     env = {k: v for k, v in os.environ.items() if k not in _DROP}
     for name in ("XDG_CACHE_HOME", "XDG_CONFIG_HOME"):
@@ -130,7 +140,8 @@ class Venv:
         """Run a command (``monitors``, ``python``, ...) of this venv; check its exit status.
 
         The environment is this process's (offline, SDK folders under the test's ``tmp_path``,
-        set by ``tests/conftest.py``); ``sdk_root`` moves every SDK folder under it instead.
+        set by the repository's ``conftest.py``); ``sdk_root`` moves every SDK folder under it
+        instead.
         """
         name = str(args[0])
         command = [str(self.bin / name) if (self.bin / name).exists() else name,

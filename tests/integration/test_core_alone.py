@@ -32,7 +32,9 @@ def test_monitors_list_without_plugins_says_how_to_install_one(
 ) -> None:
     done = core_venv.run(["monitors", "list"], cwd=tmp_path, expect=0)
     assert "No backend is installed" in done.stdout
-    assert "pip install trackio-monitor" in done.stdout
+    assert "`pip install <tracker>-monitor`" in done.stdout
+    assert "'experiment_monitors'" in done.stdout
+    assert "trackio" not in done.stdout  # the core names no plugin of its own
     assert json.loads(core_venv.run(["monitors", "list", "--json"], cwd=tmp_path).stdout) == []
 
 

@@ -50,7 +50,11 @@ def test_monitors_new_csv_builds_installs_is_listed_and_passes_its_tests(
     media = [n for n in dir(MediaChecks) if n.startswith("test_") and "declared" not in n]
     assert re.fullmatch(rf"{len(kit_tests) - len(media) + 2} passed, {len(media) + 1} "
                         r"skipped in [\d.]+s", summary), done.stdout
-    assert "'csv_monitor.backend' requires nothing besides core-monitor" in done.stdout
+    assert "'csv_monitor' requires nothing besides core-monitor" in done.stdout
+    written = sorted(p.relative_to(plugin).as_posix() for p in plugin.rglob("*") if p.is_file()
+                     and "__pycache__" not in p.parts and ".pytest_cache" not in p.parts)
+    assert written == ["README.md", "pyproject.toml", "src/csv_monitor/__init__.py",
+                       "src/csv_monitor/py.typed", "tests/test_csv_monitor.py"]
 
     venv.install("ruff")  # the generated code passes the ruff rules it ships with
     venv.run(["ruff", "check", "."], cwd=plugin)

@@ -10,13 +10,13 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import threading
 from pathlib import Path
 
 import jsonl_monitor
 import numpy as np
 import pytest
+from interpreter import run_python
 
 import tensorboard_monitor
 import trackio_monitor
@@ -43,9 +43,8 @@ def steps_of(run: RunInfo) -> dict[str, list[int]]:
 
 def run_script(body: str, log_dir: Path, *args: str, timeout: float = 240
                ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(body), str(log_dir), *args],
-                          cwd=log_dir.parent, env=dict(os.environ), capture_output=True,
-                          text=True, timeout=timeout)
+    return run_python(body, str(log_dir), *args, cwd=log_dir.parent, timeout=timeout,
+                      check=False)
 
 
 # Fork ----------------------------------------------------------------------------------------

@@ -18,9 +18,12 @@ from collections.abc import Sequence
 
 from . import discovery
 
+#: What ``monitors list`` says when nothing is installed. The core names no backend: each is a
+#: distribution of its own, found only through its entry point.
 NO_BACKENDS = (
-    "No backend is installed. Install one, e.g. `pip install trackio-monitor` "
-    "(also: tensorboard-monitor, wandb-monitor)."
+    "No backend is installed. A backend is a distribution declaring an entry point in the "
+    f"group {discovery.GROUP!r}, usually named after its tracker: `pip install <tracker>-monitor`. "
+    "`monitors new NAME` writes a new one."
 )
 
 
@@ -107,9 +110,10 @@ def build_parser() -> argparse.ArgumentParser:
     new = commands.add_parser(
         "new",
         help="write a new backend plugin distribution to start from",
-        description="Write a complete backend plugin: pyproject.toml with the entry point, a "
-        "src/<name>_monitor package (backend class, reader), README and tests running "
-        "core-monitor's contract kit. It builds into a wheel and passes the kit as written.",
+        description="Write a complete backend plugin in five files: pyproject.toml with the "
+        "entry point, src/<name>_monitor/__init__.py (the backend class and its reader) with "
+        "py.typed, a README and a test file running core-monitor's contract kit. It builds "
+        "into a wheel and passes the kit as written.",
     )
     new.add_argument("name", help="the backend name users will select, e.g. csv")
     new.add_argument("--dir", help="the folder to create (default: ./<name>-monitor)")

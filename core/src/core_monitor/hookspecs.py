@@ -173,7 +173,8 @@ class Backend(Protocol):
         rows_readable_after: ``"flush"`` | ``"close"``.
         value_dtype: ``"float64"`` | ``"float32"``.
         stores_config: ``False`` | ``True``.
-        media_kinds: ``frozenset()`` | a subset of ``{"image", "histogram", "text"}``.
+        media_kinds: ``frozenset()`` | a subset of ``{"image", "histogram", "text"}``
+            (``core_monitor.media.MEDIA_KINDS`` is all three).
     """
 
     name: ClassVar[str]
@@ -186,7 +187,7 @@ class Backend(Protocol):
         """Open the run's storage for ``run`` (project, name, config, log_dir, rank).
 
         Store ``run.config`` when ``stores_config``. On ``run.rank > 0`` write a run of its
-        own (e.g. named ``<name>-rank<rank>``), never into rank 0's. Raise
+        own (e.g. named ``run.ranked_name``, ``<name>-rank<rank>``), never into rank 0's. Raise
         ``core_monitor.ConfigError`` naming an option whose value is wrong.
         """
 

@@ -37,6 +37,18 @@ class RunInfo:
     rank: int = 0
     world_size: int = 1
 
+    @property
+    def ranked_name(self) -> str:
+        """The name of this rank's own run: ``name`` on rank 0, ``<name>-rank<rank>`` above.
+
+        With ``Monitor(..., rank_zero_only=False)`` every rank writes, each into a run of its
+        own; the Trackio, wandb and MLflow backends and the plugins ``monitors new`` writes
+        name those runs this way, so one job's runs sort together in a tracker's run list
+        (``ddp``, ``ddp-rank1``, ...). A backend whose storage nests runs may use
+        ``rank`` itself instead (TensorBoard's sub-run ``<name>/rank<rank>``).
+        """
+        return self.name if self.rank == 0 else f"{self.name}-rank{self.rank}"
+
 
 def default_run_name(now: float | None = None) -> str:
     """Return a run name such as ``20261130-184200-myhost`` (local time, then host name)."""

@@ -1,24 +1,26 @@
 """``monitors new NAME``: write a complete backend plugin distribution to start from.
 
-The layout (the templates are package data, in ``core_monitor/_template``)::
+The layout (the templates are package data, in ``core_monitor/_template``), five files::
 
     <name>-monitor/
         pyproject.toml              entry point ``<name> = "<name>_monitor:<Name>Monitor"`` in the
                                     group ``experiment_monitors``; ``core-monitor`` dependency;
                                     extra ``test`` (``core-monitor[testing]``); pytest and ruff
         README.md
-        .gitignore
         src/<name>_monitor/
-            __init__.py             docstring and re-exports only: imports no SDK
-            backend.py              the backend class (``core_monitor.hookspecs.Backend``)
-            reader.py               read_rows(run), read_config(run)
+            __init__.py             the backend class (``core_monitor.hookspecs.Backend``) and
+                                    its reader, read_rows(run) and read_config(run); imports no
+                                    SDK at module level
             py.typed
-        tests/test_contract.py      the contract kit (``core_monitor.testing.MonitorContract``)
+        tests/test_<name>_monitor.py    the contract kit (``core_monitor.testing.MonitorContract``)
+                                        and the backend's own tests
 
 The generated backend stores each scalar as a CSV row under ``run.log_dir``; it builds into a
 wheel and passes the kit unchanged, so an author replaces the storage and keeps the tests green.
-The scheme follows the generators of other plugin ecosystems (simonw's ``llm-plugin`` and
-``datasette-plugin`` cookiecutters, OpenTelemetry contrib's ``_template/``).
+One module, as the plugins of simonw's ``llm`` and of sqlfluff are, grown into several only
+when the backend needs them; the scheme follows the generators of other plugin ecosystems
+(simonw's ``llm-plugin`` and ``datasette-plugin`` cookiecutters, OpenTelemetry contrib's
+``_template/``).
 """
 
 from __future__ import annotations
@@ -40,11 +42,8 @@ MAX_NAME = 40
 FILES = {
     "pyproject.toml.tmpl": "pyproject.toml",
     "README.md.tmpl": "README.md",
-    "gitignore.tmpl": ".gitignore",
-    "src/__init__.py.tmpl": "src/{package}/__init__.py",
-    "src/backend.py.tmpl": "src/{package}/backend.py",
-    "src/reader.py.tmpl": "src/{package}/reader.py",
-    "tests/test_contract.py.tmpl": "tests/test_contract.py",
+    "module.py.tmpl": "src/{package}/__init__.py",
+    "test_module.py.tmpl": "tests/test_{package}.py",
 }
 
 

@@ -1,39 +1,36 @@
 """The contract kit: one test suite every backend runs (model: ``fsspec.tests.abstract``).
 
 Needs pytest: ``pip install 'core-monitor[testing]'``. A plugin's tests subclass
-``MonitorContract`` and supply two fixtures, and a third when the backend stores the config::
+``MonitorContract`` and say, in class attributes, which backend to test and how to read its
+storage back::
 
+    import my_monitor
     from core_monitor.testing import MonitorContract
 
     class TestMyBackend(MonitorContract):
-        @pytest.fixture
-        def backend_class(self):
-            return MyMonitor            # the class your entry point names
+        backend_class = my_monitor.MyMonitor   # the class your entry point names
+        read_rows = staticmethod(my_monitor.read_rows)      # RunInfo -> [(tag: str, step: int,
+                                                            # value: float)], from YOUR storage
+        read_config = staticmethod(my_monitor.read_config)  # only with stores_config = True;
+                                                            # else the config checks are skipped
+        read_media = staticmethod(my_monitor.read_media)    # only with media_kinds declared
+        backend_options = {"flush_secs": 1}                 # optional: the backend's options
 
-        @pytest.fixture
-        def read_rows(self):
-            return my_monitor.read_rows  # RunInfo -> [(tag: str, step: int, value: float)],
-                                         # read from YOUR storage, in storage order
-
-        @pytest.fixture
-        def read_config(self):          # only with stores_config = True; else the config
-            return my_monitor.read_config  # checks are skipped. RunInfo -> dict
-
-        @pytest.fixture
-        def read_media(self):           # only with media_kinds declared; else the media
-            return my_monitor.read_media   # checks are skipped. RunInfo -> [(tag, step, value)]
-
-Optionally override ``backend_options`` (a dict of the backend's keyword options). The kit
-builds a real ``Monitor`` around the class with ``log_dir=tmp_path / "logs"`` and checks what
-``read_rows`` returns after ``flush()``, or after ``close()`` for a backend whose class says
+Each may instead be a pytest fixture of the same name, for a value that depends on another
+fixture (a reader bound to a test server's address). The kit builds a real ``Monitor`` around
+the class with ``log_dir=tmp_path / "logs"`` and checks what ``read_rows`` returns after
+``flush()``, or after ``close()`` for a backend whose class says
 ``rows_readable_after = "close"``. The capability attributes the kit reads are declared once, in
 ``core_monitor.hookspecs.Capabilities`` (``rows_readable_after``, ``value_dtype``,
 ``stores_config``, ``media_kinds``). Every failure says what was expected and what was stored,
 at which tag and step, and which hook or capability to look at. ``monitors new NAME`` writes a
-plugin whose tests run this kit. Installing ``core-monitor`` registers this module as a pytest
-plugin (entry point ``pytest11``), so its fixtures need no ``conftest.py`` import. Its
-``monitor_factory`` fixture (a ``MonitorFactory``: real monitors, closed at teardown) serves any
-test that builds monitors.
+plugin whose tests run this kit.
+
+The test class needs no pytest plugin. The ``monitor_factory`` fixture (a ``MonitorFactory``:
+real monitors, closed at teardown) does: name this module in your ``conftest.py``,
+``pytest_plugins = ["core_monitor.testing"]``. Installing ``core-monitor`` does not register
+it (no ``pytest11`` entry point), so the test runs of other projects in the same environment
+stay as they were, as with pytest's own ``pytester``.
 
 What the core guarantees a backend (so a backend need not be thread-safe): its hooks are never
 called concurrently (one worker thread per backend in background dispatch, a lock in sync

@@ -113,7 +113,7 @@ class RunChecks:
                     if getattr(getattr(backend_class, hook, None), MARK, None) is not None}
         recording = type(f"Recording{backend_class.__name__}", (backend_class,),
                          {"name": Monitor.backend_name(backend_class), **recorded})
-        monitor = make_monitor(backend=recording)
+        monitor = make_monitor(backend=recording, dispatch="sync")  # calls: in-process
         monitor.log({"loss": 0.5}, step=1)
         with warnings.catch_warnings():  # a backend without monitor_config: one BackendWarning
             warnings.simplefilter("ignore", BackendWarning)
@@ -156,7 +156,8 @@ class RunChecks:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             monitor = Monitor([WriteOnly], project="contract", name="write-only",
-                              log_dir=tmp_path / "write-only", strict=True)
+                              log_dir=tmp_path / "write-only", strict=True,
+                              dispatch="sync")  # rows: a list in this process
             monitor.log({"loss": 0.5}, step=3)
             monitor.flush()
             monitor.log_config({"lr": 0.1})
@@ -199,7 +200,8 @@ class RunChecks:
         chief.log({"loss": 2.0}, step=0)
         chief.close()
         hint = ("; on run.rank > 0 the backend must write a run of its own (e.g. named "
-                "'<name>-rank<rank>') and read_rows(run) must read that run for run.rank > 0")
+                "run.ranked_name, '<name>-rank<rank>') and read_rows(run) must read that run "
+                "for run.rank > 0")
         for run, want in ((ranked.run, [(0, 1.0), (1, 1.5)]), (chief.run, [(0, 2.0)])):
             got = self.by_tag(read_rows(run))
             expected = [(s, stored_as(v, dtype)) for s, v in want]

@@ -1,9 +1,13 @@
-"""``MonitorContract``: the fixtures a plugin supplies, and the assertions every check uses."""
+"""``MonitorContract``: what a plugin supplies (class attributes or fixtures), and the assertions
+every check uses."""
 
 from __future__ import annotations
 
+import functools
+import inspect
+import types
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -19,42 +23,117 @@ from .factory import MonitorFactory
 Rows = list[tuple[str, int, float]]
 
 
+#: What a plugin's test class supplies, each as a class attribute (or as a pytest fixture of
+#: that name), with the message the kit fails with when a needed one is missing.
+SUPPLIED: dict[str, str | None] = {
+    "backend_class": "set the class attribute backend_class = YourMonitor (the class your "
+                     "entry point names)",
+    "read_rows": "set the class attribute read_rows = staticmethod(your_read_rows), a function "
+                 "RunInfo -> [(tag, step, value)] read from your storage",
+    "read_config": None,
+    "read_media": None,
+    "backend_options": None,
+}
+#: Callables a supplied class attribute may hold, as opposed to a pytest fixture of the same
+#: name (a fixture is an object pytest made, or on pytest < 8.4 a function taking ``self``).
+_VALUES = (staticmethod, type, functools.partial)
+
+
+def _is_value(raw: Any) -> bool:
+    if not callable(raw) or isinstance(raw, _VALUES):
+        return True
+    if isinstance(raw, types.FunctionType):  # read_rows = my_plugin.read_rows, no staticmethod
+        return next(iter(inspect.signature(raw).parameters), None) != "self"
+    return False
+
+
 class MonitorContract(StepChecks, RunChecks, MediaChecks):
-    """Abstract test class: subclass it with fixtures ``backend_class`` and ``read_rows`` (and
-    ``read_config`` for a backend with ``stores_config = True``, ``read_media`` for one that
-    declares ``media_kinds``).
+    """Abstract test class: subclass it and say what to test with class attributes::
+
+        class TestMyBackend(MonitorContract):
+            backend_class = MyMonitor                      # the class your entry point names
+            read_rows = staticmethod(my_monitor.read_rows)
+            read_config = staticmethod(my_monitor.read_config)   # with stores_config = True
+            read_media = staticmethod(my_monitor.read_media)     # with media_kinds declared
+            backend_options = {"flush_secs": 1}            # optional: the backend's options
+
+    Each of these may instead be a pytest fixture of the same name, which is how a value that
+    depends on another fixture is given (a reader bound to a test server's address, say).
 
     The checks themselves live in ``StepChecks`` (the step and value contract), ``RunChecks``
     (flush, close, runs and ranks, config, imports) and ``MediaChecks`` (images, histograms,
-    text); this class holds the fixtures and the assertions they share."""
+    text); this class holds the fixtures and the assertions they share.
+
+    Raises:
+        TypeError: when the subclass is defined, ``backend_options`` is neither a mapping nor a
+            fixture.
+    """
+
+    #: The values given as class attributes, ``{name: value}`` (filled per subclass).
+    _supplied: ClassVar[dict[str, Any]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Turn each class attribute of ``SUPPLIED`` into the kit's fixture of that name.
+
+        A class attribute would hide the kit's fixture from pytest, so its value is kept in
+        ``_supplied`` and the fixture put back; a fixture the subclass defines stays its own.
+        """
+        super().__init_subclass__(**kwargs)
+        supplied = dict(cls._supplied)  # what a parent test class gave
+        for name in SUPPLIED:
+            owner = next(k for k in cls.__mro__ if name in vars(k))
+            raw = vars(owner)[name]
+            if owner is MonitorContract or raw is vars(MonitorContract)[name]:
+                continue  # the kit's own fixture: the value, if any, came with ``_supplied``
+            if not _is_value(raw):
+                supplied.pop(name, None)  # a fixture of the subclass's own
+                continue
+            value = raw.__func__ if isinstance(raw, staticmethod) else raw
+            if name == "backend_options" and not isinstance(value, Mapping):
+                raise TypeError(f"{cls.__qualname__}.backend_options = {value!r}: give a dict "
+                                "of the backend's keyword options, or a fixture returning one")
+            supplied[name] = value
+            setattr(cls, name, vars(MonitorContract)[name])
+        cls._supplied = supplied
+
+    def _given(self, name: str) -> Any:
+        if name in self._supplied:
+            return self._supplied[name]
+        missing = SUPPLIED[name]
+        if missing is not None:
+            pytest.fail(f"{type(self).__qualname__} does not say what to test: {missing} (or "
+                        f"define a fixture {name})", pytrace=False)
+        return {} if name == "backend_options" else None
 
     @pytest.fixture
     def backend_class(self) -> type:
-        raise NotImplementedError("override the backend_class fixture: return your backend class")
+        """The backend class under test (class attribute or fixture ``backend_class``)."""
+        return self._given("backend_class")
 
     @pytest.fixture
     def read_rows(self) -> Callable[[RunInfo], Rows]:
-        raise NotImplementedError(
-            "override the read_rows fixture: return a function RunInfo -> [(tag, step, value)]"
-        )
+        """``RunInfo -> [(tag, step, value)]``: the run's scalars read back from the backend's
+        own storage, in storage order."""
+        return self._given("read_rows")
 
     @pytest.fixture
     def read_config(self) -> Callable[[RunInfo], Mapping[str, Any]] | None:
-        """Override with a function ``RunInfo -> dict`` (the stored config, the plugin's key
-        escaping undone, ``{}`` when none); ``None`` skips the config checks."""
-        return None
+        """A function ``RunInfo -> dict`` (the stored config, the plugin's key escaping undone,
+        ``{}`` when none); ``None`` (the default) skips the config checks."""
+        return self._given("read_config")
 
     @pytest.fixture
     def read_media(self) -> Callable[[RunInfo], list[tuple[str, int, Any]]] | None:
-        """Override with a function ``RunInfo -> [(tag, step, value)]``, ``value`` a
+        """A function ``RunInfo -> [(tag, step, value)]``, ``value`` a
         ``core_monitor.Image``/``Histogram``/``Text`` rebuilt from your storage (an image's
         ``array`` as stored, ``(H, W, C)``; a histogram's ``edges`` and ``counts``), in storage
         order; ``None`` (the default) is only right for a backend without ``media_kinds``."""
-        return None
+        return self._given("read_media")
 
     @pytest.fixture
     def backend_options(self) -> dict[str, Any]:
-        return {}
+        """The backend's keyword options for every monitor the kit builds (default none)."""
+        return dict(self._given("backend_options"))
 
     @pytest.fixture
     def capabilities(self, backend_class: type) -> Capabilities:

@@ -4,7 +4,13 @@ images and text as run artifacts (``mlflow_monitor.media``).
 Select it as ``Monitor(["mlflow"], project=..., mlflow={"tracking_uri": "http://host:5000"})``;
 without a tracking URI and with a ``log_dir`` it writes the local store
 ``sqlite:///<log_dir>/mlflow/mlflow.db``. See ``MlflowMonitor`` for the options and
-``mlflow_monitor.storage`` for how tags and config are stored.
+``mlflow_monitor.storage`` for how tags, media keys and config are stored.
+
+Modules, each importing only those listed after it: ``backend`` (the hooks), ``buffer`` (rows
+waiting for ``log_batch``), ``delivery`` (requests to the store, their failures), ``reader``
+(read-back: scalars, config, media), ``media`` (writing images and text), ``options`` (option
+checks), ``storage`` (key escaping, run and artifact names, the local store), ``_compat`` (the
+MLflow internals used, and their check).
 
 Importing this package imports no MLflow: the SDK is imported when a monitor starts.
 """
@@ -12,9 +18,17 @@ Importing this package imports no MLflow: the SDK is imported when a monitor sta
 from __future__ import annotations
 
 from .backend import MlflowDeliveryError, MlflowMonitor
-from .media import MEDIA_ESCAPE, media_key, media_tag
 from .reader import client_for, find_run, read_config, read_media, read_rows
-from .storage import ESCAPE, escape_key, local_store_uri, param_value, unescape_key
+from .storage import (
+    ESCAPE,
+    MEDIA_ESCAPE,
+    escape_key,
+    local_store_uri,
+    media_key,
+    media_tag,
+    param_value,
+    unescape_key,
+)
 
 __all__ = [
     "ESCAPE",

@@ -192,7 +192,7 @@ class MlflowMonitor(RowBuffer):
         Raises:
             MlflowDeliveryError: a request failed (once per run; the values of this call not
                 yet stored and all later ones are counted in ``undelivered_media``).
-            ValueError: a tag is longer than ``media.MAX_MEDIA_KEY`` characters once escaped;
+            ValueError: a tag is longer than ``storage.MAX_MEDIA_KEY`` characters once escaped;
                 the other values of the call are stored.
         """
         with self._lock:

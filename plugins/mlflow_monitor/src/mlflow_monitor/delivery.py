@@ -14,8 +14,13 @@ from typing import Any
 from core_monitor import BackendWarning, RunInfo
 
 from . import _compat
-from .media import MAX_MEDIA_KEY
-from .storage import CONFIG_TAG_PREFIX, MAX_KEY_LENGTH, escape_key, param_value, run_name
+from .storage import (
+    CONFIG_TAG_PREFIX,
+    MAX_KEY_LENGTH,
+    MAX_MEDIA_KEY,
+    escape_key,
+    param_value,
+)
 
 #: Most params plus tags the tracking server takes in one ``log_batch`` request.
 MAX_PARAMS_PER_REQUEST = 100
@@ -61,7 +66,7 @@ class Delivery:
         self, experiment: str, tags: dict[str, Any], run_id: str | None, artifacts: str | None
     ) -> tuple[str, str]:
         client = self._client
-        name = run_name(self.run.name, self.run.rank)
+        name = self.run.ranked_name
         if run_id is not None:
             existing = client.get_run(run_id)
             experiment_id = existing.info.experiment_id

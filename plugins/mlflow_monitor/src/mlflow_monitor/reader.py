@@ -4,23 +4,27 @@ The run is found as ``MlflowMonitor`` wrote it: the same tracking URI resolution
 ``tracking_uri`` argument; else a URI the user set with ``MLFLOW_TRACKING_URI`` or
 ``mlflow.set_tracking_uri``; else ``sqlite:///<run.log_dir>/mlflow/mlflow.db``; else MLflow's
 default), experiment ``experiment`` (default ``run.project``), and the newest run named
-``run.name`` (``<name>-rank<k>`` for ``run.rank`` k > 0), unless ``run_id`` names it.
+``run.ranked_name`` (``<name>-rank<k>`` for ``run.rank`` k > 0), unless ``run_id`` names it.
+``read_media`` reads the images and text artifacts back, their names parsed by ``storage``.
 """
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 from typing import Any
 
 from core_monitor import RunInfo
+from core_monitor.media import Image, Text
 
 from . import _compat
-from .media import read_media
 from .storage import (
     CONFIG_TAG_PREFIX,
+    IMAGE_DIR,
+    TEXT_DIR,
     local_store_uri,
+    parse_media_file,
     restore_value,
-    run_name,
     unescape_key,
 )
 
@@ -72,7 +76,7 @@ def find_run(
         found = client.get_experiment_by_name(name)
         if found is None:
             raise LookupError(f"no MLflow experiment {name!r} at {client.tracking_uri}")
-        wanted = run_name(run.name, run.rank)
+        wanted = run.ranked_name
         for quote in ("'", '"'):
             if quote not in wanted:
                 runs = client.search_runs(
@@ -143,3 +147,55 @@ def read_config(
         if key.startswith(CONFIG_TAG_PREFIX):
             config[unescape_key(key[len(CONFIG_TAG_PREFIX) :])] = value
     return config
+
+
+def read_media(
+    run: RunInfo, *, tracking_uri: str | None = None, experiment: str | None = None,
+    run_id: str | None = None,
+) -> list[tuple[str, int, Image | Text]]:
+    """Read a run's images and text back through ``MlflowClient.list_artifacts`` and
+    ``download_artifacts`` (the ``images/`` and ``text/`` folders, each in one call, into a
+    temporary folder removed afterwards).
+
+    Args:
+        run, tracking_uri, experiment, run_id: as ``mlflow_monitor.find_run``.
+
+    Returns:
+        ``[(tag, step, value), ...]`` in the order logged (by the timestamp in each file name,
+        then its path): ``value`` an ``Image`` (``array``: the PNG decoded, ``uint8``
+        ``(H, W, C)``, ``C`` 1, 3 or 4 as logged; no caption) or a ``Text`` (the file's UTF-8
+        text, exact). Files in ``images/`` and ``text/`` not named as above are ignored.
+
+    Raises:
+        LookupError, FileNotFoundError, mlflow.exceptions.MlflowException: as ``find_run``.
+    """
+    import numpy as np
+    from PIL import Image as PILImage
+
+    found = find_run(run, tracking_uri=tracking_uri, experiment=experiment, run_id=run_id)
+    client = client_for(run, tracking_uri)
+    run_id = found.info.run_id
+    entries = []
+    media: list[tuple[str, int, Image | Text]] = []
+    with tempfile.TemporaryDirectory(prefix="mlflow-media-") as local, \
+            _compat.request_limits(REQUEST_TIMEOUT, MAX_RETRIES):
+        for folder, ext in ((IMAGE_DIR, "png"), (TEXT_DIR, "md")):
+            found_here = False
+            for info in client.list_artifacts(run_id, folder):
+                parsed = None if info.is_dir else parse_media_file(info.path.rsplit("/", 1)[-1])
+                if parsed is not None and parsed[3] == ext:
+                    found_here = True
+                    tag, step, ms, _ = parsed
+                    entries.append((ms, info.path, tag, step))
+            if found_here:
+                client.download_artifacts(run_id, folder, local)
+        entries.sort()
+        for _, path, tag, step in entries:
+            stored = Path(local, path)
+            if path.endswith(".png"):
+                with PILImage.open(stored) as picture:
+                    pixels = np.asarray(picture)
+                media.append((tag, step, Image(pixels.reshape(*pixels.shape[:2], -1))))
+            else:
+                media.append((tag, step, Text(stored.read_bytes().decode("utf-8"))))
+    return media

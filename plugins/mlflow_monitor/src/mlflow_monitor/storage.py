@@ -15,6 +15,19 @@ core accepts any non-empty tag, so keys MLflow would refuse are escaped, reversi
 The escaped form never contains ``/`` (so it is one path component) and starts with ``:``
 (never ``.``), so MLflow accepts it whenever it is at most 250 characters long. ``unescape_key``
 undoes it; the readers (``mlflow_monitor.read_rows``/``read_config``) apply it.
+
+Media keys: ``log_image`` accepts only ``[A-Za-z0-9_\\-./ ]`` in a key (narrower than metric
+keys: no ``:``, no letters outside ASCII), so media tags have their own escaping, built like the
+scalar one with ``-`` in place of ``:``. A tag made of those characters that does not start with
+``MEDIA_ESCAPE`` (``"--"``) is its own key; any other is ``"--"`` followed by the tag with every
+character outside ``[A-Za-z0-9_./ ]`` written as ``-<hex code point>-``: ``"loss 🔥"`` ->
+``"--loss -1f525-"``, ``"acc,top5"`` -> ``"--acc-2c-top5"``. Keys longer than ``MAX_MEDIA_KEY``
+(150) characters are refused (the file name would pass the usual 255-byte limit). An image is
+the artifact ``images/<key, "/" as "~">+step+<step>+timestamp+<ms>+<uuid>.png`` (MLflow's
+naming), a text ``text/<key, "/" as "~">+step+<step>+timestamp+<ms>.md`` (``text_file``).
+
+The run's name is ``RunInfo.ranked_name`` (``<name>-rank<k>`` on a rank k > 0). The backend,
+the readers and the media writer all import this module, and it imports none of them.
 """
 
 from __future__ import annotations
@@ -39,6 +52,13 @@ MAX_VALUE_LENGTH = 6000
 CONFIG_TAG_PREFIX = "mlflow_monitor.config."
 #: MLflow stores +-inf as +-``sys.float_info.max``; the readers map those back to +-inf.
 FLOAT_MAX = sys.float_info.max
+
+#: Prefix of an escaped media key.
+MEDIA_ESCAPE = "--"
+#: Longest media key: the file name MLflow makes of it adds up to about 103 characters.
+MAX_MEDIA_KEY = 150
+#: Artifact folders of images (MLflow's own) and of text (this plugin's).
+IMAGE_DIR, TEXT_DIR = "images", "text"
 
 _VALID = re.compile(r"[/\w.\- :]+")
 _ESCAPED = re.compile(r"[^\w.\- ]")
@@ -114,12 +134,6 @@ def param_value(value: Any) -> str:
     return text[:MAX_VALUE_LENGTH]
 
 
-def run_name(name: str, rank: int) -> str:
-    """The MLflow run name of ``name`` on ``rank``: ``<name>`` on rank 0, else
-    ``<name>-rank<rank>`` (as the Trackio and wandb backends name their runs)."""
-    return name if rank == 0 else f"{name}-rank{rank}"
-
-
 def local_store_uri(log_dir: str | os.PathLike[str]) -> str:
     """The local store a run under ``log_dir`` uses when no tracking URI is set:
     ``sqlite:///<log_dir>/mlflow/mlflow.db`` (``log_dir`` made absolute)."""
@@ -138,3 +152,45 @@ def sqlite_artifact_root(tracking_uri: str) -> str | None:
     if database in ("", ":memory:"):
         return None
     return (Path(database).absolute().parent / "artifacts").as_posix()
+
+
+_MEDIA_KEY = re.compile(r"[A-Za-z0-9_\-./ ]+")
+_MEDIA_ESCAPED = re.compile(r"[^A-Za-z0-9_./ ]")
+_MEDIA_CODE_POINT = re.compile(r"-([0-9a-f]{1,6})-")
+_MEDIA_FILE = re.compile(r"(?P<key>[^+]+)\+step\+(?P<step>\d+)\+timestamp\+(?P<ms>\d+)"
+                         r"(?:\+[0-9a-f-]+)?\.(?P<ext>png|md)")
+
+
+def media_key(tag: str) -> str:
+    """The key ``tag`` is stored under as an MLflow image or text (see the module docstring)."""
+    if _MEDIA_KEY.fullmatch(tag) and not tag.startswith(MEDIA_ESCAPE):
+        return tag
+    return MEDIA_ESCAPE + _MEDIA_ESCAPED.sub(lambda m: f"-{ord(m[0]):x}-", tag)
+
+
+def media_tag(key: str) -> str:
+    """Undo ``media_key``; a key that is not a well-formed escaped key is returned unchanged."""
+    if not key.startswith(MEDIA_ESCAPE):
+        return key
+    try:
+        tag = _MEDIA_CODE_POINT.sub(lambda m: chr(int(m[1], 16)), key[len(MEDIA_ESCAPE) :])
+    except (ValueError, OverflowError):  # a code point past U+10FFFF
+        return key
+    return tag if media_key(tag) == key else key
+
+
+def text_file(key: str, step: int, ms: int) -> str:
+    """The file name (in ``TEXT_DIR``) of a text stored under the media key ``key`` at ``step``
+    and timestamp ``ms``, named the way MLflow names its image files."""
+    return f"{key.replace('/', '~')}+step+{step}+timestamp+{ms}.md"
+
+
+def parse_media_file(name: str) -> tuple[str, int, int, str] | None:
+    """``(tag, step, ms, ext)`` of an image or text artifact's file name (``ext`` ``"png"`` or
+    ``"md"``), the tag unescaped; ``None`` for a file not named as this plugin and MLflow name
+    them (``MLflow``'s ``+compressed.webp`` copies, other files)."""
+    match = _MEDIA_FILE.fullmatch(name)
+    if match is None:
+        return None
+    return (media_tag(match["key"].replace("~", "/")), int(match["step"]), int(match["ms"]),
+            match["ext"])

@@ -6,11 +6,11 @@ Layout: ``<log_dir>/<project>/<run name>/events.out.tfevents.<time>.<host>.<pid>
 TensorBoard's own ``EventFileWriter`` and ``Summary.Value(simple_value=...)`` protobufs; no
 TensorFlow, torch or tensorboardX is needed.
 
-Modules: ``backend`` (the hooks), ``reader`` (read-back with TensorBoard's own readers),
-``media`` (images, histograms and text: encoding and read-back),
-``storage`` (folder layout, HParams values), ``_compat`` (the TensorBoard modules used, and
-their check). Importing this package does not import TensorBoard (~0.2 s); the backend's
-constructor does.
+Modules, each importing only those listed after it: ``backend`` (the hooks), ``reader``
+(read-back with TensorBoard's own readers: scalars, HParams, media), ``media`` (encoding images,
+histograms and text), ``storage`` (folder layout, HParams values), ``_compat`` (the TensorBoard
+modules used, and their check). Importing this package does not import TensorBoard (~0.2 s);
+the backend's constructor does.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from typing import Any
 
 from core_monitor import ConfigError, Event, RunInfo, hookimpl
 from core_monitor.events import rows_by_step
-from core_monitor.media import MediaItem
+from core_monitor.media import MEDIA_KINDS, MediaItem
 
 from . import _compat, media
 from .storage import hparam_value, run_dir
@@ -65,7 +65,7 @@ class TensorBoardMonitor:
     #: ``monitor_config`` merges late config into the run's HParams (see above).
     stores_config = True
     #: ``monitor_write_media`` stores images, histograms and text (see ``media``).
-    media_kinds = media.MEDIA_KINDS
+    media_kinds = MEDIA_KINDS
 
     @classmethod
     def check_sdk(cls) -> None:

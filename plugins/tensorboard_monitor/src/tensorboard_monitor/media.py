@@ -1,4 +1,5 @@
-"""Images, histograms and text in TensorBoard event files, written and read without TensorFlow.
+"""Images, histograms and text in TensorBoard event files, written without TensorFlow
+(``reader.read_media`` reads them back).
 
 TensorBoard's ``tensorboard.summary.v2`` image and histogram ops need TensorFlow, so the plugin
 builds the protobufs the Images, Histograms and Text dashboards read:
@@ -21,15 +22,9 @@ import io
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from core_monitor import RunInfo
-from core_monitor.media import Histogram, Image, MediaItem, Text
+from core_monitor.media import Histogram, Image, MediaItem
 
 from . import _compat
-
-#: What this plugin stores: every media kind the core knows.
-MEDIA_KINDS = frozenset({"image", "histogram", "text"})
-#: ``EventAccumulator`` keeps 4 images and 1 histogram per tag by default: keep all (0).
-SIZE_GUIDANCE = {"scalars": 0, "images": 0, "histograms": 0, "tensors": 0}
 
 
 def write_media(add_event: Callable[[Any], None], items: Sequence[MediaItem]) -> None:
@@ -71,49 +66,3 @@ def _histogram(sdk: Any, histogram: Histogram) -> Any:
         min=float(edges[0]), max=float(edges[-1]), num=float(counts.sum()), sum=total,
         sum_squares=squares, bucket_limit=edges[1:].tolist(), bucket=counts.tolist(),
     )
-
-
-def read_media(run: RunInfo) -> list[tuple[str, int, Image | Histogram | Text]]:
-    """Read a run's images, histograms and text back with TensorBoard's ``EventAccumulator``.
-
-    Every value is returned (``size_guidance`` 0 for images, histograms and tensors). Order:
-    images, then histograms, then text; within a kind tags in order of first appearance, each
-    tag's values in file order.
-
-    Args:
-        run: as for ``read_rows`` (``Monitor.run``).
-
-    Returns:
-        ``[(tag, step, value), ...]``: ``value`` an ``Image`` (``array``: the PNG decoded, a
-        ``uint8`` array ``(H, W, C)``; no caption), a ``Histogram`` (``edges``, ``counts``:
-        float64 arrays) or a ``Text`` (``text``: exact).
-
-    Raises:
-        FileNotFoundError: the run has no folder.
-    """
-    import numpy as np
-    from PIL import Image as PILImage
-
-    from .reader import _accumulator
-
-    sdk = _compat.sdk()
-    accumulator = _accumulator(run, SIZE_GUIDANCE)
-    tags = accumulator.Tags()
-    found: list[tuple[str, int, Image | Histogram | Text]] = []
-    for tag in tags["images"]:
-        for event in accumulator.Images(tag):
-            pixels = np.asarray(PILImage.open(io.BytesIO(event.encoded_image_string)))
-            found.append((tag, int(event.step), Image(pixels.reshape(*pixels.shape[:2], -1))))
-    for tag in tags["histograms"]:
-        for event in accumulator.Histograms(tag):
-            value = event.histogram_value
-            edges = np.asarray([value.min, *value.bucket_limit], np.float64)
-            found.append((tag, int(event.step),
-                          Histogram(edges=edges, counts=np.asarray(value.bucket, np.float64))))
-    for tag in tags["tensors"]:
-        if accumulator.SummaryMetadata(tag).plugin_data.plugin_name != sdk.text_plugin:
-            continue
-        for event in accumulator.Tensors(tag):
-            text = event.tensor_proto.string_val[0].decode("utf-8")
-            found.append((tag, int(event.step), Text(text)))
-    return found

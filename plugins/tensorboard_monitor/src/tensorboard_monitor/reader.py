@@ -1,19 +1,21 @@
-"""Read a run back from its event files with TensorBoard's own readers (tests, notebooks).
-
-``read_media`` (images, histograms, text) is defined in ``media``, beside their encoding.
-"""
+"""Read a run back from its event files with TensorBoard's own readers (tests, notebooks):
+scalars, HParams and media (images, histograms, text)."""
 
 from __future__ import annotations
 
+import io
 from typing import Any
 
 from core_monitor import RunInfo
+from core_monitor.media import Histogram, Image, Text
 
 from . import _compat
-from .media import read_media
 from .storage import run_dir
 
 __all__ = ["read_config", "read_media", "read_rows"]
+
+#: ``EventAccumulator`` keeps 4 images and 1 histogram per tag by default: keep all (0).
+MEDIA_SIZE_GUIDANCE = {"scalars": 0, "images": 0, "histograms": 0, "tensors": 0}
 
 
 def read_rows(run: RunInfo) -> list[tuple[str, int, float]]:
@@ -67,6 +69,50 @@ def read_config(run: RunInfo) -> dict[str, Any]:
     info = metadata.parse_session_start_info_plugin_data(content[metadata.SESSION_START_INFO_TAG])
     return {key: getattr(value, value.WhichOneof("kind")) for key, value in info.hparams.items()
             if value.WhichOneof("kind")}
+
+
+def read_media(run: RunInfo) -> list[tuple[str, int, Image | Histogram | Text]]:
+    """Read a run's images, histograms and text back with TensorBoard's ``EventAccumulator``.
+
+    Every value is returned (``size_guidance`` 0 for images, histograms and tensors). Order:
+    images, then histograms, then text; within a kind tags in order of first appearance, each
+    tag's values in file order.
+
+    Args:
+        run: as for ``read_rows`` (``Monitor.run``).
+
+    Returns:
+        ``[(tag, step, value), ...]``: ``value`` an ``Image`` (``array``: the PNG decoded, a
+        ``uint8`` array ``(H, W, C)``; no caption), a ``Histogram`` (``edges``, ``counts``:
+        float64 arrays) or a ``Text`` (``text``: exact).
+
+    Raises:
+        FileNotFoundError: the run has no folder.
+    """
+    import numpy as np
+    from PIL import Image as PILImage
+
+    sdk = _compat.sdk()
+    accumulator = _accumulator(run, MEDIA_SIZE_GUIDANCE)
+    tags = accumulator.Tags()
+    found: list[tuple[str, int, Image | Histogram | Text]] = []
+    for tag in tags["images"]:
+        for event in accumulator.Images(tag):
+            pixels = np.asarray(PILImage.open(io.BytesIO(event.encoded_image_string)))
+            found.append((tag, int(event.step), Image(pixels.reshape(*pixels.shape[:2], -1))))
+    for tag in tags["histograms"]:
+        for event in accumulator.Histograms(tag):
+            value = event.histogram_value
+            edges = np.asarray([value.min, *value.bucket_limit], np.float64)
+            found.append((tag, int(event.step),
+                          Histogram(edges=edges, counts=np.asarray(value.bucket, np.float64))))
+    for tag in tags["tensors"]:
+        if accumulator.SummaryMetadata(tag).plugin_data.plugin_name != sdk.text_plugin:
+            continue
+        for event in accumulator.Tensors(tag):
+            text = event.tensor_proto.string_val[0].decode("utf-8")
+            found.append((tag, int(event.step), Text(text)))
+    return found
 
 
 def _accumulator(run: RunInfo, size_guidance: dict[str, int] | None) -> Any:

@@ -15,11 +15,13 @@ batch (as ``trackio.log`` does), so Trackio applies its own rules: it renames th
 never made Trackio's "current run": a script's own ``trackio.init()``/``trackio.log()`` calls
 are left alone. No network request is made unless ``space_id`` or ``server_url`` is given.
 
-Modules: ``backend`` (the hooks), ``options`` (option checks), ``start`` (starting a local run),
-``reader`` (read-back), ``media`` (images, histograms and text: writing and read-back),
-``folder`` (Trackio's one folder per process), ``_compat`` (every Trackio internal the plugin
-uses, and its version check). Importing this package does not
-import Trackio; the backend's constructor does.
+Modules, each importing only those listed after it: ``backend`` (the hooks), ``options``
+(option checks), ``start`` (starting a local run), ``reader`` (read-back: scalars, config,
+media), ``media`` (writing images, histograms and text), ``storage`` (run names, tag and config
+key renames, media types, the database path), ``folder`` (Trackio's one folder per process),
+``_compat`` (every Trackio module and internal the plugin uses, and its version check: no
+other module imports Trackio). Importing this package does not import Trackio; the backend's
+constructor does.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ from __future__ import annotations
 from ._compat import RESERVED_TAGS
 from .backend import TrackioMonitor
 from .folder import trackio_dir
-from .reader import RENAME_PREFIX, original_tag, read_config, read_media, read_rows
+from .reader import read_config, read_media, read_rows
+from .storage import RENAME_PREFIX, original_tag
 
 __all__ = [
     "RENAME_PREFIX",

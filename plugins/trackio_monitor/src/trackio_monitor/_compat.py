@@ -20,6 +20,7 @@ import warnings
 from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from core_monitor import BackendLoadError
@@ -233,3 +234,36 @@ def point_trackio_at(new: Path) -> None:
         for attr, value in list(namespace.items()):
             if isinstance(value, Path) and (value == old or old in value.parents):
                 namespace[attr] = new / value.relative_to(old)
+
+
+# Trackio's modules: the rest of the plugin reaches Trackio through these, never by importing it.
+
+def sqlite_storage() -> Any:
+    """``trackio.sqlite_storage.SQLiteStorage`` (project names and database files, run records)."""
+    from trackio.sqlite_storage import SQLiteStorage
+
+    return SQLiteStorage
+
+
+def utils() -> ModuleType:
+    """``trackio.utils`` (the JSON value encoding, ``deserialize_values``)."""
+    from trackio import utils as module
+
+    return module
+
+
+def media_types() -> tuple[Any, Any, Any]:
+    """``(trackio.Image, trackio.Histogram, trackio.Markdown)``."""
+    import trackio
+
+    return trackio.Image, trackio.Histogram, trackio.Markdown
+
+
+def system_metrics_available() -> tuple[bool, bool]:
+    """Whether Trackio would log GPU metrics (NVIDIA or Apple) and CPU metrics on this machine,
+    as ``trackio.init`` decides when ``auto_log_gpu``/``auto_log_cpu`` are ``None``."""
+    from trackio.apple_gpu import apple_gpu_available
+    from trackio.cpu import cpu_available
+    from trackio.gpu import gpu_available
+
+    return bool(gpu_available() or apple_gpu_available()), bool(cpu_available())

@@ -9,12 +9,14 @@ from typing import Any
 
 from core_monitor import ConfigError, Event, RunInfo, hookimpl
 from core_monitor.events import rows_by_step
+from core_monitor.media import MEDIA_KINDS
 
 from . import _compat, folder, media
 from ._compat import RESERVED_TAGS
 from .options import check_options
-from .reader import RENAME_PREFIX, count_rows, stored_name
-from .start import start_local, trackio_config
+from .reader import count_rows
+from .start import start_local
+from .storage import RENAME_PREFIX, trackio_config
 
 
 class TrackioMonitor:
@@ -63,9 +65,7 @@ class TrackioMonitor:
     #: ``monitor_config`` merges late config into Trackio's run config.
     stores_config = True
     #: ``monitor_write_media`` stores each kind as Trackio's own media type (see ``media``).
-    media_kinds = media.MEDIA_KINDS
-    #: Tags Trackio renames to ``"__" + tag`` (plus any tag starting with ``"__"``).
-    renamed_tags = RESERVED_TAGS
+    media_kinds = MEDIA_KINDS
 
     @classmethod
     def check_sdk(cls) -> None:
@@ -93,16 +93,14 @@ class TrackioMonitor:
         check_options(group, resume, space_id, server_url, private, auto_log_gpu,
                       auto_log_cpu, quiet)
         _compat.check()
-        from trackio.sqlite_storage import SQLiteStorage
-
         try:
-            SQLiteStorage.validate_project_name(run.project)
+            _compat.sqlite_storage().validate_project_name(run.project)
         except ValueError as error:
             raise ConfigError(f"trackio: {error}") from None
 
         self._quiet = quiet
         self._remote = space_id is not None or server_url is not None
-        name = stored_name(run)
+        name = run.ranked_name
         config = trackio_config(run.config)
         self._dir = folder.acquire(
             None if run.log_dir is None
@@ -124,7 +122,7 @@ class TrackioMonitor:
                         auto_log_gpu=auto_log_gpu, auto_log_cpu=auto_log_cpu,
                     )
             _compat.check_run(self._run)
-            self._db = self._dir / SQLiteStorage.get_project_db_filename(run.project)
+            self._db = self._dir / _compat.sqlite_storage().get_project_db_filename(run.project)
             #: Rows of this run already in the database (a resumed run) + rows sent since.
             self._expected = 0 if self._remote else count_rows(self._db, self._run.id)
             self._missing = 0  # rows found missing so far (each loss is reported once)

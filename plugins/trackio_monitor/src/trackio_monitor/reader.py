@@ -1,8 +1,9 @@
-"""Read a run back from Trackio's own SQLite database (tests, notebooks, the demo).
+"""Read a run back from Trackio's own SQLite database and media files (tests, notebooks, the
+demo).
 
 SQL on Trackio's tables ``metrics`` and ``configs`` with Trackio's JSON value encoding (decoded
 with ``trackio.utils.deserialize_values``), so it works while the run is open and whatever folder
-Trackio currently points at. ``read_media`` (images, histograms, text) is defined in ``media``.
+Trackio currently points at. Names come from ``storage``, as the backend writes them.
 """
 
 from __future__ import annotations
@@ -11,33 +12,25 @@ import contextlib
 import json
 import sqlite3
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from core_monitor import RunInfo
+from core_monitor.media import Histogram, Image, Text
 
+from . import _compat
 from .folder import trackio_dir
-from .media import read_media
+from .storage import (
+    MEDIA_SUBDIR,
+    MEDIA_TYPES,
+    database,
+    latest_run_id,
+    original_config,
+    original_tag,
+)
 
-__all__ = ["CONFIG_PREFIX", "RENAME_PREFIX", "original_tag", "read_config", "read_media",
-           "read_rows", "stored_name"]
-
-#: What Trackio puts in front of a reserved tag. Renaming is one-to-one (``"__x"`` becomes
-#: ``"____x"``), so every stored key starting with it is a renamed tag.
-RENAME_PREFIX = "__"
-#: What the plugin puts in front of a config key starting with ``_``, which Trackio refuses
-#: (it keeps ``_`` keys for itself: ``_Username``, ``_Created``, ``_Group``).
-CONFIG_PREFIX = "config."
-
-
-def stored_name(run: RunInfo) -> str:
-    """The Trackio run name: ``run.name``, or ``<name>-rank<rank>`` on a rank above 0."""
-    return run.name if run.rank == 0 else f"{run.name}-rank{run.rank}"
-
-
-def original_tag(key: str) -> str:
-    """Undo Trackio's rename of a tag: ``"__step"`` -> ``"step"``, ``"____x"`` -> ``"__x"``."""
-    return key[len(RENAME_PREFIX):] if key.startswith(RENAME_PREFIX) else key
+__all__ = ["count_rows", "read_config", "read_media", "read_rows"]
 
 
 def read_rows(run: RunInfo) -> list[tuple[str, int, float]]:
@@ -59,26 +52,46 @@ def read_rows(run: RunInfo) -> list[tuple[str, int, float]]:
         Non-numeric values written by other Trackio code (media, tables) are skipped.
         ``[]`` when the database or the run does not exist.
     """
-    from trackio import utils
+    return [(original_tag(key), step, float(value))
+            for step, row in _stored_rows(run) for key, value in row.items()
+            if isinstance(value, (int, float)) and not isinstance(value, bool)]
 
-    db = _database(run)
-    if not db.exists():
-        return []
-    with contextlib.closing(sqlite3.connect(db, timeout=30)) as conn:
-        run_id = _latest_run_id(conn, stored_name(run))
-        if run_id is None:
-            return []
-        stored = conn.execute(
-            "SELECT step, metrics FROM metrics WHERE run_id = ? ORDER BY id", (run_id,)
-        ).fetchall()
-    rows: list[tuple[str, int, float]] = []
-    for step, blob in stored:
-        if isinstance(step, bytes):  # a numpy integer step, stored by SQLite as a BLOB
-            step = int.from_bytes(step, sys.byteorder, signed=True)
-        for key, value in utils.deserialize_values(json.loads(blob)).items():
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                rows.append((original_tag(key), step, float(value)))
-    return rows
+
+def read_media(run: RunInfo) -> list[tuple[str, int, Image | Histogram | Text]]:
+    """Read a run's images, histograms and text back from Trackio's database and media files.
+
+    Args:
+        run: as for ``read_rows`` (``Monitor.run``); the latest run of that name is read.
+
+    Returns:
+        ``[(tag, step, value), ...]`` in storage order (rows as Trackio stored them, tags
+        within a row as logged; tag renames reversed): ``value`` an ``Image`` (``array``: the
+        stored PNG decoded, ``uint8`` ``(H, W, 4)`` RGBA as Trackio saves it; ``caption``), a
+        ``Histogram`` (``edges``, ``counts``) or a ``Text``. ``[]`` when there is no such run.
+
+    Raises:
+        FileNotFoundError: an image row names a file that is not there.
+    """
+    import numpy as np
+    from PIL import Image as PILImage
+
+    media_dir = trackio_dir(run.log_dir) / MEDIA_SUBDIR
+    found: list[tuple[str, int, Image | Histogram | Text]] = []
+    for step, row in _stored_rows(run):
+        for key, value in row.items():
+            kind = value.get("_type") if isinstance(value, dict) else None
+            if kind == MEDIA_TYPES["image"]:
+                with PILImage.open(media_dir / value["file_path"]) as picture:
+                    pixels = np.asarray(picture)
+                found.append((original_tag(key), step, Image(
+                    pixels.reshape(*pixels.shape[:2], -1), caption=value.get("caption"))))
+            elif kind == MEDIA_TYPES["histogram"]:
+                found.append((original_tag(key), step, Histogram(
+                    edges=np.asarray(value["bins"], np.float64),
+                    counts=np.asarray(value["values"], np.float64))))
+            elif kind == MEDIA_TYPES["text"]:
+                found.append((original_tag(key), step, Text(value["_value"])))
+    return found
 
 
 def read_config(run: RunInfo) -> dict[str, Any]:
@@ -91,14 +104,12 @@ def read_config(run: RunInfo) -> dict[str, Any]:
     itself starts with ``config._`` reads back without that prefix. Argument as for
     ``read_rows``.
     """
-    from trackio import utils
-
-    db = _database(run)
+    db = database(run)
     if not db.exists():
         return {}
-    name = stored_name(run)
+    name = run.ranked_name
     with contextlib.closing(sqlite3.connect(db, timeout=30)) as conn:
-        run_id = _latest_run_id(conn, name)
+        run_id = latest_run_id(conn, name)
         try:
             row = conn.execute(
                 "SELECT config FROM configs WHERE run_id = ? OR (? IS NULL AND run_name = ?) "
@@ -107,12 +118,9 @@ def read_config(run: RunInfo) -> dict[str, Any]:
             ).fetchone()
         except sqlite3.OperationalError:  # no configs table: nothing was ever logged
             return {}
-    stored = {} if row is None else utils.deserialize_values(json.loads(row[0]))
-    return {
-        key[len(CONFIG_PREFIX):] if key.startswith(CONFIG_PREFIX + "_") else key: value
-        for key, value in stored.items()
-        if not key.startswith("_")
-    }
+    if row is None:
+        return {}
+    return original_config(_compat.utils().deserialize_values(json.loads(row[0])))
 
 
 def count_rows(db: Path, run_id: str) -> int:
@@ -136,19 +144,19 @@ def count_rows(db: Path, run_id: str) -> int:
     return int(count)
 
 
-def _database(run: RunInfo) -> Path:
-    from trackio.sqlite_storage import SQLiteStorage
-
-    return trackio_dir(run.log_dir) / SQLiteStorage.get_project_db_filename(run.project)
-
-
-def _latest_run_id(conn: sqlite3.Connection, name: str) -> str | None:
-    try:
-        row = conn.execute(
-            "SELECT run_id FROM metrics WHERE run_name = ? GROUP BY run_id "
-            "ORDER BY MIN(id) DESC LIMIT 1",
-            (name,),
-        ).fetchone()
-    except sqlite3.OperationalError:  # no metrics table: nothing was ever logged
-        return None
-    return None if row is None else row[0]
+def _stored_rows(run: RunInfo) -> Iterator[tuple[int, dict[str, Any]]]:
+    """``(step, {key: decoded value})`` per metrics row of the latest run of that name, in
+    storage order; nothing when the database or the run does not exist."""
+    db = database(run)
+    if not db.exists():
+        return
+    with contextlib.closing(sqlite3.connect(db, timeout=30)) as conn:
+        run_id = latest_run_id(conn, run.ranked_name)
+        stored = [] if run_id is None else conn.execute(
+            "SELECT step, metrics FROM metrics WHERE run_id = ? ORDER BY id", (run_id,)
+        ).fetchall()
+    deserialize = _compat.utils().deserialize_values
+    for step, blob in stored:
+        if isinstance(step, bytes):  # a numpy integer step, stored by SQLite as a BLOB
+            step = int.from_bytes(step, sys.byteorder, signed=True)
+        yield step, deserialize(json.loads(blob))

@@ -11,26 +11,21 @@ Layout: wandb's own, ``<log_dir>/wandb/offline-run-<YYYYmmdd_HHMMSS>-<id>/run-<i
 ``run-...`` folders online), so ``wandb sync <log_dir>/wandb/offline-run-...`` uploads it.
 ``log_dir=None`` leaves the folder to wandb (``WANDB_DIR``, else the current directory).
 
-Modules: ``backend`` (the hooks), ``reader`` (read-back from the ``.wandb`` transaction log),
-``media`` (images, histograms and text: writing and read-back),
-``service`` (the wandb-core process's lifecycle), ``_compat`` (every wandb internal the plugin
-uses, the ``.wandb`` format decoder, and their check). Importing this package does not import
-wandb; the backend's constructor does.
+Modules, each importing only those listed after it: ``backend`` (the hooks), ``reader``
+(read-back from the ``.wandb`` transaction log: scalars, config, media), ``media`` (writing
+images, histograms and text), ``service`` (the wandb-core process's lifecycle), ``storage``
+(the step metric, the escaping of reserved tags and keys), ``_compat`` (every wandb internal
+the plugin uses, the ``.wandb`` format decoder, and their check). Importing this package does
+not import wandb; the backend's constructor does.
 """
 
 from __future__ import annotations
 
 from ._compat import read_records
 from .backend import WandbMonitor
-from .reader import (
-    DEFAULT_STEP_METRIC,
-    ESCAPE,
-    find_run_dirs,
-    read_config,
-    read_media,
-    read_rows,
-)
+from .reader import find_run_dirs, read_config, read_media, read_rows
 from .service import FINISH_TIMEOUT
+from .storage import DEFAULT_STEP_METRIC, ESCAPE
 
 __all__ = [
     "DEFAULT_STEP_METRIC",

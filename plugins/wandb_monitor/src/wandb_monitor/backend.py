@@ -9,11 +9,10 @@ from typing import Any
 
 from core_monitor import ConfigError, Event, RunInfo, hookimpl
 from core_monitor.events import rows_by_step
+from core_monitor.media import MEDIA_KINDS
 
 from . import _compat, media, service
-from .reader import DEFAULT_STEP_METRIC, ESCAPE, stored_name
-
-_ESCAPED_FIRST = "_" + ESCAPE  # first characters of the names that get the ESCAPE prefix
+from .storage import DEFAULT_STEP_METRIC, ESCAPE, ESCAPED_FIRST, escaped
 
 _MODES = ("online", "offline", "disabled")
 _STEP_METRIC = re.compile(r"[A-Za-z][A-Za-z0-9_\-/]*")
@@ -72,7 +71,7 @@ class WandbMonitor:
     #: ``monitor_config`` merges late config into ``run.config``.
     stores_config = True
     #: ``monitor_write_media`` stores images, histograms and text (see ``media``).
-    media_kinds = media.MEDIA_KINDS
+    media_kinds = MEDIA_KINDS
 
     @classmethod
     def check_sdk(cls) -> None:
@@ -101,8 +100,8 @@ class WandbMonitor:
         _compat.check()
         init: dict[str, Any] = {
             "project": run.project,
-            "name": stored_name(run),
-            "config": {_escape(key, step_metric): value for key, value in run.config.items()},
+            "name": run.ranked_name,
+            "config": {escaped(key, step_metric): value for key, value in run.config.items()},
             "reinit": "create_new",
             "settings": _settings(settings),
         }
@@ -147,7 +146,7 @@ class WandbMonitor:
         log = self._log
         for step, wall_time, row in rows_by_step(events):
             data = {
-                (ESCAPE + tag if tag[0] in _ESCAPED_FIRST or tag == step_metric else tag): value
+                (ESCAPE + tag if tag[0] in ESCAPED_FIRST or tag == step_metric else tag): value
                 for tag, value in row.items()
             }
             data[step_metric] = step
@@ -157,8 +156,7 @@ class WandbMonitor:
     @hookimpl
     def monitor_write_media(self, items: Sequence[media.MediaItem]) -> None:
         """Images, histograms and text as wandb media, one history row per step (``media``)."""
-        step_metric = self.step_metric
-        media.write_media(self._log, step_metric, lambda t: _escape(t, step_metric), items)
+        media.write_media(self._log, self.step_metric, items)
 
     @hookimpl
     def monitor_flush(self) -> None:
@@ -171,8 +169,8 @@ class WandbMonitor:
         escaping as the config given at start."""
         if self._closed:
             raise RuntimeError("wandb: monitor_config after monitor_close")
-        escaped = {_escape(key, self.step_metric): value for key, value in config.items()}
-        self._run.config.update(escaped, allow_val_change=True)
+        update = {escaped(key, self.step_metric): value for key, value in config.items()}
+        self._run.config.update(update, allow_val_change=True)
 
     @hookimpl
     def monitor_close(self) -> None:
@@ -190,10 +188,6 @@ class WandbMonitor:
             return
         self._closed = True
         service.finish_run(self._run, self.run_file)
-
-
-def _escape(key: str, step_metric: str) -> str:
-    return ESCAPE + key if (key and key[0] in _ESCAPED_FIRST) or key == step_metric else key
 
 
 def _settings(settings: Mapping[str, Any] | None) -> Any:

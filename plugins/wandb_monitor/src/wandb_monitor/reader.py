@@ -13,24 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from core_monitor import RunInfo
+from core_monitor.media import Histogram, Image, Text
 
 from ._compat import read_records
-from .media import read_media
+from .storage import DEFAULT_STEP_METRIC, is_own_key, unescaped
 
-__all__ = ["DEFAULT_STEP_METRIC", "ESCAPE", "find_run_dirs", "history", "read_config",
-           "read_media", "read_rows", "stored_name"]
-
-#: Name of the metric that holds the caller's step in every row (the charts' x-axis).
-DEFAULT_STEP_METRIC = "global_step"
-#: Prefix added to a tag that wandb reserves (``_*``), to the step metric's own name, and to a
-#: tag that already starts with it: ``_x`` is stored as ``~_x``, ``global_step`` as
-#: ``~global_step``, ``~a`` as ``~~a``. Config keys get the same escaping. The reader removes it.
-ESCAPE = "~"
-
-
-def stored_name(run: RunInfo) -> str:
-    """The wandb display name: ``run.name``, or ``<name>-rank<rank>`` on a rank above 0."""
-    return run.name if run.rank == 0 else f"{run.name}-rank{run.rank}"
+__all__ = ["find_run_dirs", "history", "read_config", "read_media", "read_rows"]
 
 
 def find_run_dirs(
@@ -128,9 +116,8 @@ def history(run: RunInfo) -> Iterator[tuple[int, list[tuple[str, str | dict[str,
                 fields = points.setdefault(path[0], {})
                 fields[".".join(path[1:])] = json.loads(item.value_json)
         if step is not None:
-            yield step, [(key[len(ESCAPE):] if key.startswith(ESCAPE) else key, value)
-                         for key, value in points.items()
-                         if key.startswith(ESCAPE) or not key.startswith("_")], folder
+            yield step, [(unescaped(key), value) for key, value in points.items()
+                         if not is_own_key(key)], folder
 
 
 def read_config(run: RunInfo) -> dict[str, Any]:
@@ -154,13 +141,50 @@ def read_config(run: RunInfo) -> dict[str, Any]:
             config[item.key or ".".join(item.nested_key)] = json.loads(item.value_json)
         for item in stored.remove:
             config.pop(item.key or ".".join(item.nested_key), None)
-    return {(key[len(ESCAPE):] if key.startswith(ESCAPE) else key): value
-            for key, value in config.items() if not key.startswith("_")}
+    return {unescaped(key): value for key, value in config.items() if not is_own_key(key)}
+
+
+def read_media(run: RunInfo) -> list[tuple[str, int, Image | Histogram | Text]]:
+    """Read a run's images, histograms and text back from its ``.wandb`` log and media files.
+
+    Args:
+        run: as for ``read_rows`` (``Monitor.run``); readable once the monitor is closed.
+
+    Returns:
+        ``[(tag, step, value), ...]`` in storage order (within a row in wandb's key order):
+        ``value`` an ``Image`` (``array``: the PNG under the run's ``files/`` decoded,
+        ``uint8`` ``(H, W, C)``; ``caption``), a ``Histogram`` (``edges``, ``counts``) or a
+        ``Text`` (every ``str`` value of a row). ``[]`` when there is no such run.
+
+    Raises:
+        ValueError: as ``read_rows``.
+        FileNotFoundError: an image row names a file that is not there.
+    """
+    import numpy as np
+    from PIL import Image as PILImage
+
+    found: list[tuple[str, int, Image | Histogram | Text]] = []
+    for step, points, folder in history(run):
+        for tag, stored in points:
+            value = json.loads(stored) if isinstance(stored, str) else stored
+            kind = value.get("_type") if isinstance(value, dict) else None
+            if isinstance(value, str) and value not in ("NaN", "Infinity", "-Infinity"):
+                found.append((tag, step, Text(value)))
+            elif kind == "image-file":
+                with PILImage.open(folder / "files" / value["path"]) as picture:
+                    pixels = np.asarray(picture)
+                found.append((tag, step, Image(pixels.reshape(*pixels.shape[:2], -1),
+                                               caption=value.get("caption"))))
+            elif kind == "histogram":
+                found.append((tag, step, Histogram(edges=np.asarray(value["bins"], np.float64),
+                                                   counts=np.asarray(value["values"],
+                                                                     np.float64))))
+    return found
 
 
 def _latest(run: RunInfo) -> Path | None:
     root = run.log_dir if run.log_dir is not None else os.environ.get("WANDB_DIR") or "."
-    found = find_run_dirs(root, project=run.project, name=stored_name(run))
+    found = find_run_dirs(root, project=run.project, name=run.ranked_name)
     return found[-1] if found else None
 
 

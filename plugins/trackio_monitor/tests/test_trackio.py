@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import trackio
-from _subprocess import imported_after, load_error_after, run_python
+from interpreter import imported_after, load_error_after, run_python
 from trackio import context_vars, utils
 from trackio.sqlite_storage import SQLiteStorage
 
@@ -25,21 +25,10 @@ from trackio_monitor import TrackioMonitor, read_config, read_media, read_rows, 
 
 
 class TestTrackioContract(MonitorContract):
-    @pytest.fixture
-    def backend_class(self):
-        return TrackioMonitor
-
-    @pytest.fixture
-    def read_rows(self):
-        return read_rows
-
-    @pytest.fixture
-    def read_config(self):
-        return read_config
-
-    @pytest.fixture
-    def read_media(self):
-        return read_media
+    backend_class = TrackioMonitor
+    read_rows = staticmethod(read_rows)
+    read_config = staticmethod(read_config)
+    read_media = staticmethod(read_media)
 
 
 @pytest.fixture

@@ -8,15 +8,12 @@ raw events, the HParams plugin's own metadata parser).
 from __future__ import annotations
 
 import math
-import os
-import subprocess
-import sys
 import textwrap
 import time
 from pathlib import Path
 
 import pytest
-from _subprocess import imported_after, load_error_after
+from interpreter import imported_after, load_error_after, run_python
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.backend.event_processing.event_file_loader import LegacyEventFileLoader
 from tensorboard.plugins.hparams import metadata as hparams_metadata
@@ -60,21 +57,10 @@ def session_start_info(folder: Path):
 
 
 class TestTensorBoardContract(MonitorContract):
-    @pytest.fixture
-    def backend_class(self):
-        return TensorBoardMonitor
-
-    @pytest.fixture
-    def read_rows(self):
-        return read_rows
-
-    @pytest.fixture
-    def read_config(self):
-        return read_config
-
-    @pytest.fixture
-    def read_media(self):
-        return read_media
+    backend_class = TensorBoardMonitor
+    read_rows = staticmethod(read_rows)
+    read_config = staticmethod(read_config)
+    read_media = staticmethod(read_media)
 
 
 @pytest.fixture
@@ -115,7 +101,7 @@ def test_c3_process_exiting_without_close_loses_no_point(logs, options):
         # no close(), no flush(): the interpreter just exits
         """
     )
-    subprocess.run([sys.executable, "-c", script], check=True, timeout=120, env=os.environ.copy())
+    run_python(script, timeout=120)
     assert read_rows(RunInfo("p", "c3", log_dir=logs)) == [
         ("loss", 0, 0.0), ("loss", 1, 0.5), ("loss", 2, 1.0)
     ]

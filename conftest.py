@@ -1,4 +1,5 @@
-"""Keep every test away from the user's home and the network.
+"""Keep every test away from the user's home and the network: the core's and integration tests
+under ``tests/`` and each plugin's under ``plugins/<name>_monitor/tests/``.
 
 The SDKs read their folders from the environment, some of them once at import (Trackio reads
 ``TRACKIO_DIR`` when first imported), so the session-wide values are set here, at import, before
@@ -13,9 +14,11 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from sdk_env import DROP_ENV, offline_env  # tests/sdk_env.py: also used by benchmarks and nox
+from sdk_env import DROP_ENV, offline_env  # tests/sdk_env.py (tests/ is on pytest's pythonpath)
 
-pytest_plugins = ["pytester"]  # tests/core/test_contract_kit.py runs the kit on broken backends
+# pytester: tests/core/test_contract_kit.py runs the kit on broken backends. The kit's plugin
+# (its monitor_factory fixture) is opt-in, as for any project that installs core-monitor.
+pytest_plugins = ["pytester", "core_monitor.testing"]
 
 _SESSION_HOME = Path(tempfile.mkdtemp(prefix="monitors-tests-"))
 

@@ -11,7 +11,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from _subprocess import imported_after, load_error_after
+from interpreter import imported_after, load_error_after, run_python
 
 from core_monitor import ConfigError, Monitor, RunInfo
 from core_monitor.testing import MonitorContract
@@ -70,25 +70,11 @@ def records_of(run_dir: Path, kind: str) -> list:
 
 
 class TestWandbContract(MonitorContract):
-    @pytest.fixture
-    def backend_class(self):
-        return WandbMonitor
-
-    @pytest.fixture
-    def backend_options(self):
-        return OPTIONS
-
-    @pytest.fixture
-    def read_rows(self):
-        return read_rows
-
-    @pytest.fixture
-    def read_config(self):
-        return read_config
-
-    @pytest.fixture
-    def read_media(self):
-        return read_media
+    backend_class = WandbMonitor
+    backend_options = OPTIONS
+    read_rows = staticmethod(read_rows)
+    read_config = staticmethod(read_config)
+    read_media = staticmethod(read_media)
 
 
 @pytest.fixture
@@ -171,10 +157,7 @@ def test_c3_rows_survive_a_process_that_exits_without_close(tmp_path):
                 print(entry)
         """
     )
-    result = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300
-    )
-    assert result.returncode == 0, result.stderr
+    result = run_python(script)
     (run_dir,) = find_run_dirs(log_dir, name="no-close")
     assert read_rows(RunInfo("c3", "no-close", log_dir=log_dir)) == [
         ("loss", 0, 0.0), ("loss", 1, 0.5), ("loss", 2, 1.0)

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import ClassVar
 
 import pytest
+from interpreter import run_python
 
 pytest.importorskip("mlflow_monitor")
 
@@ -47,13 +48,13 @@ from mlflow_monitor import (
     escape_key,
     find_run,
     local_store_uri,
-    media,
     media_key,
     media_tag,
     param_value,
     read_config,
     read_media,
     read_rows,
+    storage,
     unescape_key,
 )
 
@@ -233,9 +234,7 @@ def monitor_factory(tmp_path, mlflow_server):
 def test_importing_the_plugin_imports_no_mlflow():
     code = "import sys, mlflow_monitor; print(sorted(m for m in sys.modules if 'mlflow' == m " \
            "or m.startswith('mlflow.')))"
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120, check=True)
-    assert done.stdout.strip() == "[]"
+    assert run_python(code, timeout=120).stdout.strip() == "[]"
 
 
 def test_ten_thousand_steps_of_eight_scalars_read_back_exactly(monitor_factory, mlflow_server):
@@ -395,7 +394,7 @@ def test_media_are_mlflow_images_and_text_files_at_the_callers_steps(
 def test_media_tags_are_escaped_reversibly_and_a_too_long_one_is_reported(
     tmp_path, monkeypatch, sqlite_uri
 ):
-    tags = ["loss 🔥", "acc,top5", "--x", "a:b", "é/ü", "x" * media.MAX_MEDIA_KEY, "val/ok",
+    tags = ["loss 🔥", "acc,top5", "--x", "a:b", "é/ü", "x" * storage.MAX_MEDIA_KEY, "val/ok",
             "/lead", "a~b", "n-2d-"]
     assert media_key("loss 🔥") == MEDIA_ESCAPE + "loss -1f525-"
     assert media_key("acc,top5") == "--acc-2c-top5" and media_key("--x") == "---2d--2d-x"
@@ -589,8 +588,7 @@ def test_an_mlflow_of_another_shape_fails_loudly_naming_the_supported_versions()
             print(error)
         """
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120, check=True)
+    done = run_python(code, timeout=120)
     assert "MLFLOW_HTTP_REQUEST_TIMEOUT" in done.stdout
     assert _compat.SUPPORTED in done.stdout and "mlflow-monitor" in done.stdout
 
@@ -733,7 +731,7 @@ def test_the_acceptance_script_in_a_fresh_interpreter(tmp_path, mlflow_server):
                 monitor.log({{"loss": 1 / (step + 1), "lr": step * 1e-4}}, step=step)
         """
     )
-    subprocess.run([sys.executable, "-c", script], check=True, timeout=300, cwd=tmp_path)
+    run_python(script, cwd=tmp_path)
     steps = [*range(5), 3, *range(5, 300)]
     rows = read_rows(RunInfo(project="acceptance", name="script"), tracking_uri=mlflow_server.uri)
     assert [s for t, s, _ in rows if t == "loss"] == steps
