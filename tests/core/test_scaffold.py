@@ -13,7 +13,11 @@ import sys
 from pathlib import Path
 
 import pytest
-import tomllib
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: the core's own dependency for reading TOML there
+    import tomli as tomllib
 
 from core_monitor import cli, scaffold
 from core_monitor.scaffold import ScaffoldError, create_plugin, plugin_names
