@@ -59,10 +59,38 @@ def build_wheels(session: nox.Session, folders: list[Path]) -> list[str]:
     return sorted(str(w) for w in out.glob("*.whl"))
 
 
-def install_wheels(session: nox.Session, wheels: list[str], *requirements: str) -> None:
-    """Install ``wheels`` and ``requirements``; our wheels always replace an installed copy, so
-    a reused venv (``nox -R``) runs the code of this checkout, not of an earlier build."""
-    session.install(*wheels, *requirements)
+def tested_ranges() -> dict[str, str]:
+    """Plugin name -> the SDK versions it is tested with, e.g. ``"trackio>=0.42,<0.44"``.
+
+    Read from each plugin's ``_compat.TESTED`` (the one place the range is kept; the plugin
+    checks it at run time), without importing the plugin: nox runs before anything is installed.
+    """
+    ranges = {}
+    for name, folder in PLUGINS.items():
+        (compat,) = folder.glob("src/*/_compat.py")
+        found = re.search(r'^TESTED = "([^"]+)"$', compat.read_text(), flags=re.MULTILINE)
+        if found is None:
+            raise RuntimeError(f"{compat}: no TESTED = \"<sdk requirement>\" line")
+        ranges[name] = found.group(1)
+    return ranges
+
+
+def tested_constraints(session: nox.Session) -> list[str]:
+    """``-c <file>`` holding every plugin's tested SDK range: the distributions declare only the
+    lowest version, so without it a session would take whatever the index offers newest, and a
+    new SDK release would change what an unrelated change is tested against. ``nox -s newest``
+    runs without it."""
+    path = Path(session.create_tmp()) / "tested-sdks.txt"
+    path.write_text("".join(f"{r}\n" for r in tested_ranges().values()))
+    return ["-c", str(path)]
+
+
+def install_wheels(session: nox.Session, wheels: list[str], *requirements: str,
+                   tested: bool = True) -> None:
+    """Install ``wheels`` and ``requirements``, the SDKs inside their tested ranges unless
+    ``tested=False``; our wheels always replace an installed copy, so a reused venv
+    (``nox -R``) runs the code of this checkout, not of an earlier build."""
+    session.install(*(tested_constraints(session) if tested else []), *wheels, *requirements)
     force = "--reinstall" if session.venv_backend == "uv" else "--force-reinstall"
     session.install(force, "--no-deps", *wheels)
 
@@ -200,6 +228,63 @@ def lowest(session: nox.Session, name: str) -> None:
     session.run("monitors", "list", "--check")
     session.run("pytest", "--timeout=600", f"tests/plugins/test_{name}.py",
                 env=offline_env(session))
+
+
+# Supported Pythons -------------------------------------------------------------------------
+#: The Python versions every distribution supports: each pyproject.toml's ``requires-python``
+#: and classifiers say the same (``nox -s release`` checks that they do).
+PYTHONS = ("3.10", "3.11", "3.12", "3.13")
+#: The tests run on the edges of that range: the core's and the plugins' (real SDKs, a real
+#: MLflow server). The installed-wheel tests (tests/integration) and the framework runs stay on
+#: the default interpreter: they would add about 15 minutes per Python to CI, and what they
+#: prove beyond these (a venv, the frameworks) is not Python-version specific.
+PYTHON_TESTS = ("tests/core", "tests/plugins")
+
+
+@nox.session(python=[PYTHONS[0], PYTHONS[-1]])
+def pythons(session: nox.Session) -> None:
+    """The core's and plugins' tests on the lowest and the highest supported Python.
+
+    Interpreters are found on PATH as ``python3.10`` and ``python3.13`` (with pyenv:
+    ``pyenv global 3.11 3.10 3.13``, or ``PYENV_VERSION``, as ``.ci/run`` sets). A missing one
+    is skipped locally and fails the run in CI (nox's default when ``CI`` is set).
+    """
+    wheels = build_wheels(session, [CORE, *PLUGINS.values(), *FIXTURES])
+    install_wheels(session, wheels, *TEST_DEPS)
+    session.run("monitors", "list")  # the test backends include broken ones: no --check
+    session.run("pytest", "--timeout=600", *(session.posargs or PYTHON_TESTS),
+                env=offline_env(session))
+
+
+# Newest SDKs --------------------------------------------------------------------------------
+
+
+@nox.session
+@nox.parametrize("name", list(PLUGINS))
+def newest(session: nox.Session, name: str) -> None:
+    """One plugin's tests against the newest SDK the index offers, outside the tested range
+    too: a release that breaks the plugin fails here the day it lands.
+
+    The run-time warning for an SDK outside the tested range (``SdkVersionWarning``) is
+    expected here and not an error; the session names the SDK version it tested, and says
+    when it lies outside the range (widen ``_compat.TESTED`` once the tests pass).
+    """
+    wheels = build_wheels(session, [CORE, PLUGINS[name]])
+    tested = tested_ranges()[name]
+    sdk = re.match(r"[A-Za-z0-9._-]+", tested).group(0)
+    install_wheels(session, wheels, *TEST_DEPS, tested=False)
+    session.install("--upgrade", sdk)  # a reused venv (-R) too
+    session.run("monitors", "list", "--check")
+    installed = session.run("python", "-c", f"import importlib.metadata as m; "
+                            f"print(m.version({sdk!r}))", silent=True).strip()
+    session.log(f"{sdk} {installed} (tested: {tested})")
+    session.run("pytest", "--timeout=600", "-W", "ignore::core_monitor.SdkVersionWarning",
+                *(session.posargs or plugin_tests(name)), env=offline_env(session))
+
+
+def plugin_tests(name: str) -> list[str]:
+    """The test files of one plugin (with the contract kit, which they run)."""
+    return [f"tests/plugins/test_{name}.py"]
 
 
 @nox.session
