@@ -17,11 +17,14 @@ as a user who ran `pip install core-monitor trackio-monitor` would.
 
 from __future__ import annotations
 
+import hashlib
+import io
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import zipfile
 from pathlib import Path
 
@@ -285,6 +288,93 @@ def newest(session: nox.Session, name: str) -> None:
 def plugin_tests(name: str) -> list[str]:
     """The test files of one plugin (with the contract kit, which they run)."""
     return [f"tests/plugins/test_{name}.py"]
+
+
+# Release ------------------------------------------------------------------------------------
+#: Distribution name -> its folder, whose pyproject.toml holds its one version.
+DISTRIBUTIONS = {
+    "core-monitor": CORE,
+    **{f"{name}-monitor": folder for name, folder in PLUGINS.items()},
+}
+
+
+@nox.session
+def release(session: nox.Session) -> None:
+    """Build, check and install the five distributions as a user would; nothing is uploaded.
+
+    1. The sdist and wheel of each distribution, built from ``git archive HEAD`` (a clean
+       tree, what a fresh clone holds: uncommitted changes are named and left out) into
+       ``.nox/release/tmp/dist``; ``uv build`` builds each wheel from its sdist.
+    2. ``twine check --strict`` (the long descriptions render) and ``release/check_dists.py``
+       (versions, license, Pythons, URLs, entry points, no upper bound on any requirement).
+    3. A fresh venv: the requirements our wheels declare, from the index (SDKs inside their
+       tested ranges); then ``pip install --no-index --find-links dist core-monitor
+       trackio-monitor tensorboard-monitor wandb-monitor mlflow-monitor``: ours from that
+       folder alone.
+    4. ``monitors list --check``, and ``release/smoke.py``: 20 steps to every backend, read
+       back through each plugin's reader.
+    5. What would be uploaded: each file, its size and sha256, and the upload command.
+    """
+    tmp = Path(session.create_tmp())
+    source, dist, venv = tmp / "source", tmp / "dist", tmp / "user-venv"
+    for folder in (source, dist, venv):
+        if folder.exists():
+            shutil.rmtree(folder)
+    clean_tree(session, source)
+    session.install("uv", "twine", "packaging")
+    for folder in DISTRIBUTIONS.values():
+        session.run("uv", "build", "--quiet", "--out-dir", str(dist),
+                    str(source / folder.relative_to(ROOT)))
+    files = sorted(str(f) for f in dist.iterdir())
+    session.run("twine", "check", "--strict", *files)
+    session.run("python", str(source / "release" / "check_dists.py"), str(dist))
+
+    session.run("uv", "venv", "--quiet", "--seed", "--python", sys.executable, str(venv))
+    python = str(venv / "bin" / "python")
+    requirements = sorted({r for w in dist.glob("*.whl") for r in wheel_requirements(w)})
+    session.run("uv", "pip", "install", "--quiet", "--python", python,
+                *tested_constraints(session), *requirements)
+    session.run(python, "-m", "pip", "install", "--no-index", "--find-links", str(dist),
+                *DISTRIBUTIONS, external=True)
+    env = {**offline_env(session), "PATH": f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}"}
+    session.run(str(venv / "bin" / "monitors"), "list", "--check", env=env, external=True)
+    session.run(python, str(source / "release" / "smoke.py"), "--log-dir", str(tmp / "smoke"),
+                "--steps", "20", env=env, external=True)
+    session.log("would upload (nothing is uploaded by this session):")
+    for file in sorted(dist.iterdir()):
+        digest = hashlib.sha256(file.read_bytes()).hexdigest()
+        session.log(f"  {file.name:<48} {file.stat().st_size:>9,} bytes  sha256 {digest}")
+    session.log(f"with: twine upload {dist}/*")
+
+
+def clean_tree(session: nox.Session, target: Path) -> None:
+    """Export the committed tree (``git archive HEAD``) to ``target``; name what it leaves out."""
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        session.error("nox -s release builds from git's HEAD: run it in a git clone")
+    changed = subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True,
+                             text=True, check=True).stdout.splitlines()
+    if changed:
+        session.warn(f"{len(changed)} uncommitted change(s) are not in the build: "
+                     + ", ".join(line[3:] for line in changed[:10]))
+    target.mkdir(parents=True)
+    archive = subprocess.run(["git", "archive", "--format=tar", "HEAD"], cwd=ROOT,
+                             capture_output=True, check=True).stdout
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(target, filter="data")
+
+
+def wheel_requirements(wheel: Path) -> list[str]:
+    """The requirements ``wheel`` declares, other than this project's own distributions and
+    extras (what a user's install takes from the index)."""
+    with zipfile.ZipFile(wheel) as archive:
+        name = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
+        metadata = archive.read(name).decode("utf-8")
+    found = []
+    for requirement in re.findall(r"^Requires-Dist: (.+)$", metadata, flags=re.MULTILINE):
+        project = re.match(r"[A-Za-z0-9._-]+", requirement).group(0)
+        if project not in DISTRIBUTIONS and "extra ==" not in requirement:
+            found.append(requirement)
+    return found
 
 
 @nox.session
