@@ -325,8 +325,8 @@ def release(session: nox.Session) -> None:
     for folder in DISTRIBUTIONS.values():
         session.run("uv", "build", "--quiet", "--out-dir", str(dist),
                     str(source / folder.relative_to(ROOT)))
-    files = sorted(str(f) for f in dist.iterdir())
-    session.run("twine", "check", "--strict", *files)
+    built = sorted([*dist.glob("*.whl"), *dist.glob("*.tar.gz")])  # uv adds a .gitignore
+    session.run("twine", "check", "--strict", *map(str, built))
     session.run("python", str(source / "release" / "check_dists.py"), str(dist))
 
     session.run("uv", "venv", "--quiet", "--seed", "--python", sys.executable, str(venv))
@@ -341,7 +341,7 @@ def release(session: nox.Session) -> None:
     session.run(python, str(source / "release" / "smoke.py"), "--log-dir", str(tmp / "smoke"),
                 "--steps", "20", env=env, external=True)
     session.log("would upload (nothing is uploaded by this session):")
-    for file in sorted(dist.iterdir()):
+    for file in built:
         digest = hashlib.sha256(file.read_bytes()).hexdigest()
         session.log(f"  {file.name:<48} {file.stat().st_size:>9,} bytes  sha256 {digest}")
     session.log(f"with: twine upload {dist}/*")

@@ -144,7 +144,7 @@ def check_metadata(file: str, metadata: Message) -> list[str]:
 
 def check_folder(folder: Path) -> list[str]:
     problems = []
-    found = sorted(folder.iterdir())
+    found = sorted(p for p in folder.iterdir() if not p.name.startswith("."))  # uv's .gitignore
     by_dist: dict[str, dict[str, Path]] = {}
     for path in found:
         if path.suffix == ".whl":
