@@ -334,8 +334,8 @@ def release(session: nox.Session) -> None:
     requirements = sorted({r for w in dist.glob("*.whl") for r in wheel_requirements(w)})
     session.run("uv", "pip", "install", "--quiet", "--python", python,
                 *tested_constraints(session), *requirements)
-    session.run(python, "-m", "pip", "install", "--no-index", "--find-links", str(dist),
-                *DISTRIBUTIONS, external=True)
+    session.run(python, "-m", "pip", "install", "--quiet", "--no-index", "--find-links",
+                str(dist), *DISTRIBUTIONS, external=True)
     env = {**offline_env(session), "PATH": f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}"}
     session.run(str(venv / "bin" / "monitors"), "list", "--check", env=env, external=True)
     session.run(python, str(source / "release" / "smoke.py"), "--log-dir", str(tmp / "smoke"),
@@ -344,7 +344,7 @@ def release(session: nox.Session) -> None:
     for file in built:
         digest = hashlib.sha256(file.read_bytes()).hexdigest()
         session.log(f"  {file.name:<48} {file.stat().st_size:>9,} bytes  sha256 {digest}")
-    session.log(f"with: twine upload {dist}/*")
+    session.log(f"with: twine upload {dist}/*.whl {dist}/*.tar.gz")
 
 
 def clean_tree(session: nox.Session, target: Path) -> None:
