@@ -1,6 +1,7 @@
 """Sessions that build the distributions into wheels, install them for real and run them.
 
-    nox               the default sessions lint, tests, frameworks, lowest (the CI command)
+    nox               the default sessions lint, tests, frameworks, lowest, pythons, newest,
+                      release (the CI command)
     nox -s tests      core, plugin and integration tests, against wheels in a fresh venv
     nox -s demo       a real training loop logging to trackio, tensorboard, wandb (offline) and
                       mlflow (a local SQLite store)
@@ -8,6 +9,10 @@
     nox -s bench      benchmarks (prints ratios, writes benchmarks/results/)
     nox -s "plugin(name='trackio')"   one plugin's wheel next to the core, its tests and the kit
     nox -s lowest     each plugin's tests against the lowest SDK version it declares
+    nox -s pythons    the core's and plugins' tests on Python 3.10 and 3.13 (the supported edges)
+    nox -s newest     each plugin's tests against the newest SDK the index offers
+    nox -s release    sdists and wheels from a clean tree, checked, installed as a user would
+                      (--no-index --find-links), logged to and read back; nothing is uploaded
     nox -s frameworks real DeepSpeed, accelerate, Lightning and HF Trainer runs on CPU, and
                       torchrun --nproc_per_node 2 (gloo), against the wheels (tests/frameworks)
 
@@ -45,7 +50,8 @@ FIXTURES = sorted(p for p in (ROOT / "tests" / "fixtures").iterdir() if p.is_dir
 TEST_DEPS = ["pytest>=8", "pytest-timeout", "numpy", "uv"]
 
 nox.options.default_venv_backend = "uv|virtualenv"
-nox.options.sessions = ["lint", "tests", "frameworks", "lowest"]  # `nox`: what CI runs
+# `nox`: what CI runs (about 30 minutes on 2 cores; bench and bench_dist measure, never gate)
+nox.options.sessions = ["lint", "tests", "frameworks", "lowest", "pythons", "newest", "release"]
 nox.options.error_on_external_run = True
 
 
@@ -244,13 +250,38 @@ PYTHONS = ("3.10", "3.11", "3.12", "3.13")
 PYTHON_TESTS = ("tests/core", "tests/plugins")
 
 
+def select_pyenv_pythons(versions: tuple[str, ...]) -> None:
+    """Let pyenv's shims run ``python3.10`` ... when those versions are installed but not
+    selected: nox finds interpreters on PATH, and a pyenv shim runs only the versions that
+    ``PYENV_VERSION`` or ``pyenv global`` select. The installed versions are added after the
+    ones already selected (so ``python3`` stays what it was), for nox's processes only.
+    Without pyenv this does nothing."""
+    pyenv = shutil.which("pyenv")
+    if pyenv is None:
+        return
+    current = os.environ.get("PYENV_VERSION") or subprocess.run(
+        [pyenv, "version-name"], capture_output=True, text=True).stdout.strip()
+    selected = [v for v in current.split(":") if v]
+    for version in versions:
+        if any(s == version or s.startswith(f"{version}.") for s in selected):
+            continue
+        latest = subprocess.run([pyenv, "latest", version], capture_output=True, text=True)
+        if latest.returncode == 0:
+            selected.append(latest.stdout.strip())
+    if selected:
+        os.environ["PYENV_VERSION"] = ":".join(selected)
+
+
+select_pyenv_pythons((PYTHONS[0], PYTHONS[-1]))
+
+
 @nox.session(python=[PYTHONS[0], PYTHONS[-1]])
 def pythons(session: nox.Session) -> None:
     """The core's and plugins' tests on the lowest and the highest supported Python.
 
-    Interpreters are found on PATH as ``python3.10`` and ``python3.13`` (with pyenv:
-    ``pyenv global 3.11 3.10 3.13``, or ``PYENV_VERSION``, as ``.ci/run`` sets). A missing one
-    is skipped locally and fails the run in CI (nox's default when ``CI`` is set).
+    Interpreters are found on PATH as ``python3.10`` and ``python3.13`` (pyenv's installed
+    versions too, see ``select_pyenv_pythons``). A missing one is skipped locally and fails the
+    run in CI (nox's default when ``CI`` is set).
     """
     wheels = build_wheels(session, [CORE, *PLUGINS.values(), *FIXTURES])
     install_wheels(session, wheels, *TEST_DEPS)
