@@ -122,7 +122,8 @@ def tests(session: nox.Session) -> None:
     )
 
 
-# The framework versions tests/frameworks ran against on CPU (the ranges of core-monitor's extras).
+# The framework versions tests/frameworks runs against on CPU. core-monitor's extras name the
+# lowest of each, without the caps kept here so that CI does not move when a framework releases.
 FRAMEWORKS = [
     "deepspeed>=0.19.8,<0.20",
     "accelerate>=1.15,<2",
