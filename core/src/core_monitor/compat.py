@@ -121,6 +121,7 @@ class Plugin(NamedTuple):
 
     @classmethod
     def from_info(cls, info: BackendInfo) -> Plugin:
+        """The same fields from a ``discovery.BackendInfo`` (what the core already read)."""
         return cls(info.name, info.distribution, info.version, info.target)
 
 
