@@ -425,7 +425,9 @@ def test_media_tags_are_escaped_reversibly_and_a_too_long_one_is_reported(
 
 
 def test_rows_wait_in_the_buffer_until_a_threshold_or_flush(monitor_factory, mlflow_server):
-    monitor = monitor_factory(mlflow={"batch_size": 16, "flush_secs": 3600})
+    # sync: each log() has reached the backend when it returns, so the reads below see what
+    # the buffer sent, not how far a background writer has got (a race seen under load).
+    monitor = monitor_factory(mlflow={"batch_size": 16, "flush_secs": 3600}, dispatch="sync")
     monitor.log({f"t{j}": 1.0 for j in range(8)}, step=0)
     assert read_rows(monitor.run, tracking_uri=mlflow_server.uri) == []
     monitor.log({f"t{j}": 2.0 for j in range(8)}, step=1)  # 16 buffered: sent
