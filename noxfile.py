@@ -1,6 +1,7 @@
 """Sessions that build the distributions into wheels, install them for real and run them.
 
-    nox               the default sessions lint, tests, frameworks, lowest (the CI command)
+    nox               the default sessions lint, tests, frameworks, lowest, pythons, newest,
+                      release (the CI command)
     nox -s tests      core, plugin and integration tests, against wheels in a fresh venv
     nox -s demo       a real training loop logging to trackio, tensorboard, wandb (offline) and
                       mlflow (a local SQLite store)
@@ -9,6 +10,10 @@
     nox -s "plugin(name='trackio')"   one plugin's wheel next to the core, its tests
                       (plugins/trackio_monitor/tests) and the kit
     nox -s lowest     each plugin's tests against the lowest SDK version it declares
+    nox -s pythons    the core's and plugins' tests on Python 3.10 and 3.13 (the supported edges)
+    nox -s newest     each plugin's tests against the newest SDK the index offers
+    nox -s release    sdists and wheels from a clean tree, checked, installed as a user would
+                      (--no-index --find-links), logged to and read back; nothing is uploaded
     nox -s frameworks real DeepSpeed, accelerate, Lightning and HF Trainer runs on CPU, and
                       torchrun --nproc_per_node 2 (gloo), against the wheels (tests/frameworks)
     nox -s dev        the development loop: editable installs in a reused venv, every test but
@@ -20,11 +25,14 @@ packages exactly as a user who ran `pip install core-monitor trackio-monitor` wo
 
 from __future__ import annotations
 
+import hashlib
+import io
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import zipfile
 from pathlib import Path
 
@@ -49,7 +57,8 @@ SUITE = ["tests", *(str(folder / "tests") for folder in PLUGINS.values()),
 TEST_DEPS = ["pytest>=8", "pytest-timeout", "numpy", "uv"]
 
 nox.options.default_venv_backend = "uv|virtualenv"
-nox.options.sessions = ["lint", "tests", "frameworks", "lowest"]  # `nox`: what CI runs
+# `nox`: what CI runs (about 30 minutes on 2 cores; bench and bench_dist measure, never gate)
+nox.options.sessions = ["lint", "tests", "frameworks", "lowest", "pythons", "newest", "release"]
 nox.options.error_on_external_run = True
 
 
@@ -66,10 +75,38 @@ def build_wheels(session: nox.Session, folders: list[Path]) -> list[str]:
     return sorted(str(w) for w in out.glob("*.whl"))
 
 
-def install_wheels(session: nox.Session, wheels: list[str], *requirements: str) -> None:
-    """Install ``wheels`` and ``requirements``; our wheels always replace an installed copy, so
-    a reused venv (``nox -R``) runs the code of this checkout, not of an earlier build."""
-    session.install(*wheels, *requirements)
+def tested_ranges() -> dict[str, str]:
+    """Plugin name -> the SDK versions it is tested with, e.g. ``"trackio>=0.42,<0.44"``.
+
+    Read from each plugin's ``_compat.TESTED`` (the one place the range is kept; the plugin
+    checks it at run time), without importing the plugin: nox runs before anything is installed.
+    """
+    ranges = {}
+    for name, folder in PLUGINS.items():
+        (compat,) = folder.glob("src/*/_compat.py")
+        found = re.search(r'^TESTED = "([^"]+)"$', compat.read_text(), flags=re.MULTILINE)
+        if found is None:
+            raise RuntimeError(f"{compat}: no TESTED = \"<sdk requirement>\" line")
+        ranges[name] = found.group(1)
+    return ranges
+
+
+def tested_constraints(session: nox.Session) -> list[str]:
+    """``-c <file>`` holding every plugin's tested SDK range: the distributions declare only the
+    lowest version, so without it a session would take whatever the index offers newest, and a
+    new SDK release would change what an unrelated change is tested against. ``nox -s newest``
+    runs without it."""
+    path = Path(session.create_tmp()) / "tested-sdks.txt"
+    path.write_text("".join(f"{r}\n" for r in tested_ranges().values()))
+    return ["-c", str(path)]
+
+
+def install_wheels(session: nox.Session, wheels: list[str], *requirements: str,
+                   tested: bool = True) -> None:
+    """Install ``wheels`` and ``requirements``, the SDKs inside their tested ranges unless
+    ``tested=False``; our wheels always replace an installed copy, so a reused venv
+    (``nox -R``) runs the code of this checkout, not of an earlier build."""
+    session.install(*(tested_constraints(session) if tested else []), *wheels, *requirements)
     force = "--reinstall" if session.venv_backend == "uv" else "--force-reinstall"
     session.install(force, "--no-deps", *wheels)
 
@@ -92,7 +129,8 @@ def tests(session: nox.Session) -> None:
     )
 
 
-# The framework versions tests/frameworks ran against on CPU (the ranges of core-monitor's extras).
+# The framework versions tests/frameworks runs against on CPU. core-monitor's extras name the
+# lowest of each, without the caps kept here so that CI does not move when a framework releases.
 FRAMEWORKS = [
     "deepspeed>=0.19.8,<0.20",
     "accelerate>=1.15,<2",
@@ -226,6 +264,175 @@ def lowest(session: nox.Session, name: str) -> None:
     session.run("monitors", "list", "--check")
     session.run("pytest", "--timeout=600", str(PLUGINS[name] / "tests"), *session.posargs,
                 env=offline_env(session))
+
+
+# Supported Pythons -------------------------------------------------------------------------
+#: The Python versions every distribution supports: each pyproject.toml's ``requires-python``
+#: and classifiers say the same (``nox -s release`` checks that they do).
+PYTHONS = ("3.10", "3.11", "3.12", "3.13")
+#: The tests run on the edges of that range: the core's and the plugins' (real SDKs, a real
+#: MLflow server). The installed-wheel tests (tests/integration) and the framework runs stay on
+#: the default interpreter: they would add about 15 minutes per Python to CI, and what they
+#: prove beyond these (a venv, the frameworks) is not Python-version specific.
+PYTHON_TESTS = ("tests/core", "tests/plugins", *(str(p / "tests") for p in PLUGINS.values()))
+
+
+def select_pyenv_pythons(versions: tuple[str, ...]) -> None:
+    """Let pyenv's shims run ``python3.10`` ... when those versions are installed but not
+    selected: nox finds interpreters on PATH, and a pyenv shim runs only the versions that
+    ``PYENV_VERSION`` or ``pyenv global`` select. The installed versions are added after the
+    ones already selected (so ``python3`` stays what it was), for nox's processes only.
+    Without pyenv this does nothing."""
+    pyenv = shutil.which("pyenv")
+    if pyenv is None:
+        return
+    current = os.environ.get("PYENV_VERSION") or subprocess.run(
+        [pyenv, "version-name"], capture_output=True, text=True).stdout.strip()
+    selected = [v for v in current.split(":") if v]
+    for version in versions:
+        if any(s == version or s.startswith(f"{version}.") for s in selected):
+            continue
+        latest = subprocess.run([pyenv, "latest", version], capture_output=True, text=True)
+        if latest.returncode == 0:
+            selected.append(latest.stdout.strip())
+    if selected:
+        os.environ["PYENV_VERSION"] = ":".join(selected)
+
+
+select_pyenv_pythons((PYTHONS[0], PYTHONS[-1]))
+
+
+@nox.session(python=[PYTHONS[0], PYTHONS[-1]])
+def pythons(session: nox.Session) -> None:
+    """The core's and plugins' tests on the lowest and the highest supported Python.
+
+    Interpreters are found on PATH as ``python3.10`` and ``python3.13`` (pyenv's installed
+    versions too, see ``select_pyenv_pythons``). A missing one is skipped locally and fails the
+    run in CI (nox's default when ``CI`` is set).
+    """
+    wheels = build_wheels(session, [CORE, *PLUGINS.values(), *FIXTURES])
+    install_wheels(session, wheels, *TEST_DEPS)
+    session.run("monitors", "list")  # the test backends include broken ones: no --check
+    session.run("pytest", "--timeout=600", *(session.posargs or PYTHON_TESTS),
+                env=offline_env(session))
+
+
+# Newest SDKs --------------------------------------------------------------------------------
+
+
+@nox.session
+@nox.parametrize("name", list(PLUGINS))
+def newest(session: nox.Session, name: str) -> None:
+    """One plugin's tests against the newest SDK the index offers, outside the tested range
+    too: a release that breaks the plugin fails here the day it lands.
+
+    The run-time warning for an SDK outside the tested range (``SdkVersionWarning``) is
+    expected here and not an error; the session names the SDK version it tested, and says
+    when it lies outside the range (widen ``_compat.TESTED`` once the tests pass).
+    """
+    wheels = build_wheels(session, [CORE, PLUGINS[name]])
+    tested = tested_ranges()[name]
+    sdk = re.match(r"[A-Za-z0-9._-]+", tested).group(0)
+    install_wheels(session, wheels, *TEST_DEPS, tested=False)
+    session.install("--upgrade", sdk)  # a reused venv (-R) too
+    session.run("monitors", "list", "--check")
+    installed = session.run("python", "-c", f"import importlib.metadata as m; "
+                            f"print(m.version({sdk!r}))", silent=True).strip()
+    session.log(f"{sdk} {installed} (tested: {tested})")
+    session.run("pytest", "--timeout=600", "-W", "ignore::core_monitor.SdkVersionWarning",
+                *(session.posargs or plugin_tests(name)), env=offline_env(session))
+
+
+def plugin_tests(name: str) -> list[str]:
+    """The tests of one plugin, beside it (with the contract kit, which they run)."""
+    return [str(PLUGINS[name] / "tests")]
+
+
+# Release ------------------------------------------------------------------------------------
+#: Distribution name -> its folder, whose pyproject.toml holds its one version.
+DISTRIBUTIONS = {
+    "core-monitor": CORE,
+    **{f"{name}-monitor": folder for name, folder in PLUGINS.items()},
+}
+
+
+@nox.session
+def release(session: nox.Session) -> None:
+    """Build, check and install the five distributions as a user would; nothing is uploaded.
+
+    1. The sdist and wheel of each distribution, built from ``git archive HEAD`` (a clean
+       tree, what a fresh clone holds: uncommitted changes are named and left out) into
+       ``.nox/release/tmp/dist``; ``uv build`` builds each wheel from its sdist.
+    2. ``twine check --strict`` (the long descriptions render) and ``release/check_dists.py``
+       (versions, license, Pythons, URLs, entry points, no upper bound on any requirement).
+    3. A fresh venv: the requirements our wheels declare, from the index (SDKs inside their
+       tested ranges); then ``pip install --no-index --find-links dist core-monitor
+       trackio-monitor tensorboard-monitor wandb-monitor mlflow-monitor``: ours from that
+       folder alone.
+    4. ``monitors list --check``, and ``release/smoke.py``: 20 steps to every backend, read
+       back through each plugin's reader.
+    5. What would be uploaded: each file, its size and sha256, and the upload command.
+    """
+    tmp = Path(session.create_tmp())
+    source, dist, venv = tmp / "source", tmp / "dist", tmp / "user-venv"
+    for folder in (source, dist, venv):
+        if folder.exists():
+            shutil.rmtree(folder)
+    clean_tree(session, source)
+    session.install("uv", "twine", "packaging")
+    for folder in DISTRIBUTIONS.values():
+        session.run("uv", "build", "--quiet", "--out-dir", str(dist),
+                    str(source / folder.relative_to(ROOT)))
+    built = sorted([*dist.glob("*.whl"), *dist.glob("*.tar.gz")])  # uv adds a .gitignore
+    session.run("twine", "check", "--strict", *map(str, built))
+    session.run("python", str(source / "release" / "check_dists.py"), str(dist))
+
+    session.run("uv", "venv", "--quiet", "--seed", "--python", sys.executable, str(venv))
+    python = str(venv / "bin" / "python")
+    requirements = sorted({r for w in dist.glob("*.whl") for r in wheel_requirements(w)})
+    session.run("uv", "pip", "install", "--quiet", "--python", python,
+                *tested_constraints(session), *requirements)
+    session.run(python, "-m", "pip", "install", "--quiet", "--no-index", "--find-links",
+                str(dist), *DISTRIBUTIONS, external=True)
+    env = {**offline_env(session), "PATH": f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}"}
+    session.run(str(venv / "bin" / "monitors"), "list", "--check", env=env, external=True)
+    session.run(python, str(source / "release" / "smoke.py"), "--log-dir", str(tmp / "smoke"),
+                "--steps", "20", env=env, external=True)
+    session.log("would upload (nothing is uploaded by this session):")
+    for file in built:
+        digest = hashlib.sha256(file.read_bytes()).hexdigest()
+        session.log(f"  {file.name:<48} {file.stat().st_size:>9,} bytes  sha256 {digest}")
+    session.log(f"with: twine upload {dist}/*.whl {dist}/*.tar.gz")
+
+
+def clean_tree(session: nox.Session, target: Path) -> None:
+    """Export the committed tree (``git archive HEAD``) to ``target``; name what it leaves out."""
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        session.error("nox -s release builds from git's HEAD: run it in a git clone")
+    changed = subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True,
+                             text=True, check=True).stdout.splitlines()
+    if changed:
+        session.warn(f"{len(changed)} uncommitted change(s) are not in the build: "
+                     + ", ".join(line[3:] for line in changed[:10]))
+    target.mkdir(parents=True)
+    archive = subprocess.run(["git", "archive", "--format=tar", "HEAD"], cwd=ROOT,
+                             capture_output=True, check=True).stdout
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(target, filter="data")
+
+
+def wheel_requirements(wheel: Path) -> list[str]:
+    """The requirements ``wheel`` declares, other than this project's own distributions and
+    extras (what a user's install takes from the index)."""
+    with zipfile.ZipFile(wheel) as archive:
+        name = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
+        metadata = archive.read(name).decode("utf-8")
+    found = []
+    for requirement in re.findall(r"^Requires-Dist: (.+)$", metadata, flags=re.MULTILINE):
+        project = re.match(r"[A-Za-z0-9._-]+", requirement).group(0)
+        if project not in DISTRIBUTIONS and "extra ==" not in requirement:
+            found.append(requirement)
+    return found
 
 
 @nox.session

@@ -1,11 +1,37 @@
-"""``core_monitor.compat``: the helpers every plugin's ``_compat.py`` uses."""
+"""``core_monitor.compat``: the SDK checks the core runs for a plugin (``ensure_sdk``), and the
+errors and warnings it builds from what the plugin's ``check_sdk()`` reports."""
 
 from __future__ import annotations
 
+import warnings
+from importlib import metadata
+
 import pytest
 
-from core_monitor import BackendLoadError
-from core_monitor.compat import require_sdk, sdk_changed, supported_range
+from core_monitor import BackendLoadError, SdkVersionWarning
+from core_monitor.compat import Plugin, ensure_sdk, require_sdk, sdk_error
+from core_monitor.discovery import installed_backends
+
+PLUGGY = metadata.version("pluggy")
+
+
+def backend_class(tested: str | None, problems: list[str] | Exception) -> type:
+    """A backend class (new each call, so each is checked afresh) whose SDK is pluggy."""
+
+    class PluggyMonitor:
+        name = "pluggy-test"
+        calls = 0
+
+        @classmethod
+        def check_sdk(cls) -> list[str]:
+            cls.calls += 1
+            if isinstance(problems, Exception):
+                raise problems
+            return problems
+
+    if tested is not None:
+        PluggyMonitor.tested_sdk = tested
+    return PluggyMonitor
 
 
 def test_require_sdk_names_the_missing_module_and_the_plugin():
@@ -19,20 +45,82 @@ def test_require_sdk_accepts_an_installed_module_without_importing_it():
     require_sdk("pluggy", "core-monitor")  # no error
 
 
-def test_supported_range_reads_the_installed_metadata_else_the_fallback():
-    declared = supported_range("core-monitor", "pluggy", "pluggy>=0")
-    assert declared.startswith("pluggy") and ">=1.3" in declared
-    assert supported_range("core-monitor", "no-such-sdk", "no-such-sdk>=1") == "no-such-sdk>=1"
-    assert supported_range("no-such-distribution-xyz", "x", "x>=1,<2") == "x>=1,<2"
-
-
-def test_sdk_changed_names_backend_problems_and_the_supported_range():
-    error = sdk_changed("fake", "no-such-distribution-xyz", "fake_monitor:FakeMonitor",
-                        sdk="fake_sdk", sdk_version="9.0", problems=["no Run.log", "no Run.x"],
-                        supported="fake_sdk>=1,<2")
-    assert isinstance(error, BackendLoadError)
-    assert (error.backend, error.distribution, error.version, error.target) == (
-        "fake", "no-such-distribution-xyz", "unknown", "fake_monitor:FakeMonitor")
+def test_reported_problems_become_a_backend_load_error_naming_the_tested_range():
+    cls = backend_class("pluggy>=1,<99", ["no Run.log", "no Run.x"])
+    with pytest.raises(BackendLoadError) as caught:
+        ensure_sdk(cls)
+    error = caught.value
+    assert (error.backend, error.distribution, error.version) == ("pluggy-test", "unknown",
+                                                                   "unknown")
+    assert error.target == f"{cls.__module__}:{cls.__qualname__}"
     text = str(error)
-    assert "fake_sdk 9.0 is not supported (no Run.log; no Run.x)" in text
-    assert "supports fake_sdk>=1,<2" in text and "pip install 'fake_sdk>=1,<2'" in text
+    assert f"pluggy {PLUGGY} is not supported (no Run.log; no Run.x)" in text
+    assert "this plugin supports pluggy>=1,<99: `pip install 'pluggy>=1,<99'`" in text
+    assert isinstance(error.cause, RuntimeError)
+
+
+def test_the_check_runs_once_per_class_and_its_error_is_raised_again():
+    cls = backend_class("pluggy>=1", ["no Run.log"])
+    with pytest.raises(BackendLoadError) as first:
+        ensure_sdk(cls)
+    with pytest.raises(BackendLoadError) as second:
+        ensure_sdk(cls)
+    assert second.value is first.value and cls.calls == 1
+    fine = backend_class("pluggy>=1", [])
+    assert ensure_sdk(fine) is fine and ensure_sdk(fine) is fine and fine.calls == 1
+
+
+def test_an_sdk_outside_the_tested_range_warns_once_naming_version_and_range():
+    cls = backend_class("pluggy<1.0", [])
+    with pytest.warns(SdkVersionWarning) as caught:
+        ensure_sdk(cls)
+    (warning,) = caught
+    assert f"pluggy {PLUGGY} is outside the range unknown unknown was tested with (pluggy<1.0)" \
+        in str(warning.message)
+    assert "`pip install 'pluggy<1.0'`" in str(warning.message)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ensure_sdk(cls)  # once per class: no second warning
+
+
+def test_an_sdk_inside_the_tested_range_or_no_range_gives_no_warning():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ensure_sdk(backend_class(f"pluggy>={PLUGGY}", []))
+        ensure_sdk(backend_class(None, []))
+        ensure_sdk(backend_class(None, None))  # an old-style check that returns None
+
+
+def test_problems_win_over_the_range_warning():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(BackendLoadError, match="not supported"):
+            ensure_sdk(backend_class("pluggy<1.0", ["no Run.log"]))
+
+
+def test_a_check_that_raises_is_wrapped_naming_the_plugin_and_kept_as_the_cause():
+    cls = backend_class("pluggy>=1", ImportError("No module named 'pluggy.sub'"))
+    with pytest.raises(BackendLoadError) as caught:
+        ensure_sdk(cls)
+    assert isinstance(caught.value.cause, ImportError)
+    assert caught.value.__cause__ is caught.value.cause
+    assert "ImportError: No module named 'pluggy.sub'" in str(caught.value)
+    own = BackendLoadError("x", "x-monitor", "1", "x:X", RuntimeError("own"))
+    with pytest.raises(BackendLoadError) as kept:
+        ensure_sdk(backend_class(None, own))
+    assert kept.value is own
+
+
+def test_sdk_error_without_a_tested_range_names_the_problems():
+    error = sdk_error(backend_class(None, []), ["no Run.log"])
+    assert "the SDK lacks what unknown uses (no Run.log)" in str(error)
+
+
+def test_an_installed_plugin_is_known_by_its_entry_point():
+    (info,) = installed_backends()["stale"]
+    cls = info.entry_point.load()
+    assert Plugin.of(cls) == ("stale", "stale-monitor", "0.0.1", "stale_monitor:StaleMonitor")
+    with pytest.raises(BackendLoadError, match=r"stale-monitor 0\.0\.1"):
+        ensure_sdk("stale_monitor")  # a plugin's _compat.py passes its package name
+    with pytest.raises(LookupError, match="no_such_package"):
+        ensure_sdk("no_such_package")

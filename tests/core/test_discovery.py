@@ -214,7 +214,22 @@ def test_broken_plugin_raises_backend_load_error_naming_distribution_version_and
     assert "0.0.1" in message
     assert "experiment_monitors_missing_sdk" in message
     assert "pip install" in message
-    assert isinstance(error.__cause__, ModuleNotFoundError)
+    assert isinstance(error.cause, ModuleNotFoundError)  # kept, but not chained:
+    assert error.__cause__ is None and error.__suppress_context__
+
+
+def test_a_missing_sdk_prints_a_short_traceback_without_the_plugins_imports(tmp_path):
+    """The expected case, an SDK not installed: the message says everything, so the traceback
+    a user sees is the one error, with no chained traceback of the plugin's own imports."""
+    script = "from core_monitor import Monitor\nMonitor(['broken'], project='c7')\n"
+    proc = run_python(script, cwd=tmp_path, timeout=120, check=False)
+    assert proc.returncode == 1
+    lines = proc.stderr.strip().splitlines()
+    assert "direct cause" not in proc.stderr and "During handling" not in proc.stderr
+    assert "broken_monitor/__init__.py" not in proc.stderr
+    assert lines[-1].startswith("core_monitor.errors.BackendLoadError: backend 'broken'")
+    assert "pip install experiment_monitors_missing_sdk" in lines[-1]
+    assert len(lines) <= 20, proc.stderr
 
 
 def test_check_backend_runs_check_sdk_and_names_the_plugin():
@@ -224,8 +239,8 @@ def test_check_backend_runs_check_sdk_and_names_the_plugin():
         check_backend(info)
     error = raised.value
     assert (error.backend, error.distribution, error.version) == ("stale", "stale-monitor", "0.0.1")
-    assert "supports fake_sdk>=1,<2" in str(error)
-    assert isinstance(error.__cause__, ImportError)
+    assert "is not supported (no Run.log_rows); this plugin supports fake_sdk>=1,<2" in str(error)
+    assert isinstance(error.cause, RuntimeError)
     (jsonl,) = installed_backends()["jsonl"]
     assert check_backend(jsonl).__name__ == "JsonlMonitor"  # no check_sdk: loading is the check
 

@@ -8,11 +8,16 @@ tests/integration/test_new_plugin.py.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
-import tomllib
 from interpreter import run_python
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: the core's own dependency for reading TOML there
+    import tomli as tomllib
 
 from core_monitor import cli, scaffold
 from core_monitor.scaffold import ScaffoldError, create_plugin, plugin_names

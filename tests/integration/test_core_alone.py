@@ -74,3 +74,21 @@ def test_monitors_list_check_shows_the_plugin_broken_and_exits_1(
     assert "trackio-monitor" in row
     assert "error" in row
     assert "pip install trackio" in row
+
+
+def test_a_missing_sdk_is_one_short_error_not_a_chained_traceback(
+    trackio_plugin_without_sdk: Venv, tmp_path: Path
+) -> None:
+    """What a user sees who forgot the SDK: the message alone, no traceback of the plugin's
+    imports (it used to be 43 lines, two chained tracebacks)."""
+    script = tmp_path / "train.py"
+    script.write_text("from core_monitor import Monitor\n"
+                      "Monitor(['trackio'], project='p', name='r', log_dir='runs')\n")
+    done = trackio_plugin_without_sdk.run(["python", script], cwd=tmp_path, expect=1)
+    lines = done.stderr.strip().splitlines()
+    assert "direct cause" not in done.stderr and "During handling" not in done.stderr
+    assert "trackio_monitor" not in "".join(lines[:-1])  # no frame inside the plugin
+    assert lines[-1].startswith("core_monitor.errors.BackendLoadError: backend 'trackio' "
+                                "(trackio-monitor ")
+    assert "`pip install trackio`" in lines[-1]
+    assert len(lines) <= 20, done.stderr

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
         BackendWarning,
         ConfigError,
         ConfigWarning,
+        SdkVersionWarning,
         UnknownBackendError,
     )
     from .events import Event
@@ -39,6 +40,7 @@ _EXPORTS = {
     "BackendWarning": ".errors",
     "ConfigError": ".errors",
     "ConfigWarning": ".errors",
+    "SdkVersionWarning": ".errors",
     "UnknownBackendError": ".errors",
     "Event": ".events",
     "hookimpl": ".hookspecs",
@@ -60,6 +62,7 @@ __all__ = [
     "Image",
     "Monitor",
     "RunInfo",
+    "SdkVersionWarning",
     "Text",
     "UnknownBackendError",
     "__version__",

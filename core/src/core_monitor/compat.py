@@ -1,34 +1,52 @@
-"""Helpers for a plugin's ``_compat.py``: the SDK-presence check, the supported SDK range and the
-``BackendLoadError`` a capability check raises when the SDK changed shape.
+"""Checking a plugin's SDK: installed, inside the tested range, and still of the shape it uses.
 
-A plugin that reaches into its SDK's private API fences that access in ``_compat.py`` and checks
-at first use that the SDK still has the shape it relies on. These helpers keep the wording of
-that check the same in every plugin::
+A plugin that reaches into its SDK's private API fences that access in its ``_compat.py`` and
+declares, on its backend class, what it was tested with and what it relies on::
 
-    from core_monitor.compat import require_sdk, sdk_changed, supported_range
+    from core_monitor.compat import require_sdk
 
-    require_sdk("mysdk", "mysdk-monitor")  # at import of _compat: the plugin fails to load
+    require_sdk("mysdk", "mysdk-monitor")  # in _compat.py: the plugin fails to load without it
 
-    def check() -> None:
-        import mysdk
-        problems = [] if hasattr(mysdk.Run, "_flush") else ["no mysdk.Run._flush"]
-        if problems:
-            raise sdk_changed("mysdk", "mysdk-monitor", "mysdk_monitor:MySdkMonitor",
-                              sdk="mysdk", sdk_version=mysdk.__version__, problems=problems,
-                              supported=supported_range("mysdk-monitor", "mysdk", "mysdk>=1,<2"))
+    class MySdkMonitor:
+        #: The SDK versions this plugin is tested with (a PEP 508 requirement). The
+        #: distribution's install requirement names only the lowest (``mysdk>=1.2``).
+        tested_sdk = "mysdk>=1.2,<1.4"
 
-Nothing here imports an SDK.
+        @classmethod
+        def check_sdk(cls) -> list[str]:
+            import mysdk
+            return [] if hasattr(mysdk.Run, "_flush") else ["no mysdk.Run._flush"]
+
+The core builds the errors and warnings from that (``ensure_sdk`` below, which a backend calls
+in its ``__init__`` and ``monitors list --check`` through ``discovery.check_backend``): a
+problem reported is a ``BackendLoadError`` naming the plugin, the SDK version and the tested
+range; an SDK outside the tested range that has every internal the plugin uses is one
+``SdkVersionWarning``, and the run goes on. This is how OpenTelemetry's instrumentations
+declare the library versions they instrument (``_instruments``) and check them at run time,
+rather than capping the install requirement: a new SDK release installs beside the plugin, and
+the check says whether it fits.
+
+Nothing here imports an SDK; ``packaging`` is imported only when a tested range is compared.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import sys
+import threading
+import warnings
 from collections.abc import Sequence
+from typing import NamedTuple
 
-from .errors import BackendLoadError
+from .discovery import GROUP, BackendInfo, backend_name
+from .errors import BackendLoadError, SdkVersionWarning
 
-__all__ = ["require_sdk", "sdk_changed", "supported_range"]
+__all__ = ["Plugin", "ensure_sdk", "packages_distributions", "require_sdk", "sdk_error"]
+
+_lock = threading.Lock()
+#: backend class -> the error its check raised (``None``: it passed). One check per process.
+_checked: dict[type, BackendLoadError | None] = {}
 
 
 def require_sdk(module: str, distribution: str) -> None:
@@ -48,60 +66,197 @@ def require_sdk(module: str, distribution: str) -> None:
                                   name=module)
 
 
-def supported_range(distribution: str, sdk: str, fallback: str) -> str:
-    """The SDK requirement ``distribution`` declares, as its installed metadata has it.
+def packages_distributions() -> dict[str, list[str]]:
+    """Top-level import name -> the distributions installing it, as Python 3.11's
+    ``importlib.metadata.packages_distributions()``.
 
-    Args:
-        distribution: the plugin's distribution, e.g. ``"wandb-monitor"``.
-        sdk: the SDK's distribution name, e.g. ``"wandb"``; the first requirement that starts
-            with it (case ignored) is taken, without its environment marker.
-        fallback: returned when the distribution's metadata is absent (e.g. the plugin runs
-            from a source tree) or declares no such requirement, e.g. ``"wandb>=0.31,<0.32"``.
-
-    Returns:
-        A requirement string such as ``"wandb<0.32,>=0.31"`` (the metadata's own ordering).
+    Python 3.10's version reads only ``top_level.txt``, which wheels built by hatchling (every
+    distribution of this project, and several SDKs) do not have; there the names are inferred
+    from each distribution's ``RECORD`` as 3.11 does (a file's top folder, or a top-level
+    module's name).
     """
+    if sys.version_info >= (3, 11):
+        return importlib.metadata.packages_distributions()
+    import inspect
+
+    found: dict[str, list[str]] = {}
+    for dist in importlib.metadata.distributions():
+        names = (dist.read_text("top_level.txt") or "").split()
+        if not names:
+            tops = {f.parts[0] if len(f.parts) > 1 else inspect.getmodulename(str(f)) or str(f)
+                    for f in dist.files or []}
+            names = [name for name in tops if "." not in name]
+        for name in names:
+            found.setdefault(name, []).append(dist.metadata["Name"])
+    return found
+
+
+class Plugin(NamedTuple):
+    """Who a backend class is, for its error messages: the ``BackendLoadError`` fields."""
+
+    backend: str
+    distribution: str
+    version: str
+    target: str
+
+    @classmethod
+    def of(cls, backend: type) -> Plugin:
+        """The installed entry point of ``backend`` (same top-level package, same class name);
+        else what the class itself says (``name``, its module) and the distribution that
+        installed its package, ``"unknown"`` when none did."""
+        package = backend.__module__.split(".")[0]
+        for ep in importlib.metadata.entry_points(group=GROUP):
+            if ep.module.split(".")[0] == package and ep.attr == backend.__qualname__:
+                dist = ep.dist
+                return cls(ep.name, dist.metadata["Name"] if dist else "unknown",
+                           dist.version if dist else "unknown", ep.value)
+        found = packages_distributions().get(package, [])
+        distribution = found[0] if found else "unknown"
+        try:
+            version = importlib.metadata.version(distribution)
+        except importlib.metadata.PackageNotFoundError:
+            version = "unknown"
+        return cls(backend_name(backend), distribution, version,
+                   f"{backend.__module__}:{backend.__qualname__}")
+
+    @classmethod
+    def from_info(cls, info: BackendInfo) -> Plugin:
+        """The same fields from a ``discovery.BackendInfo`` (what the core already read)."""
+        return cls(info.name, info.distribution, info.version, info.target)
+
+
+def _plugin_class(package: str) -> type:
+    """The backend class an installed entry point of ``package`` names (already imported)."""
+    for ep in importlib.metadata.entry_points(group=GROUP):
+        if ep.module.split(".")[0] == package:
+            loaded = ep.load()
+            if isinstance(loaded, type):
+                return loaded
+    raise LookupError(f"no installed distribution declares a backend in {package!r} (group "
+                      f"{GROUP!r}): install the plugin (`pip install <its folder or wheel>`)")
+
+
+def _tested(backend: type) -> tuple[str, str] | None:
+    """``(sdk distribution, specifier as written)`` from ``backend.tested_sdk``, or ``None``.
+
+    Raises:
+        packaging.requirements.InvalidRequirement: ``tested_sdk`` is no PEP 508 requirement.
+    """
+    tested = getattr(backend, "tested_sdk", None)
+    if not isinstance(tested, str) or not tested.strip():
+        return None
+    from packaging.requirements import Requirement
+
+    name = Requirement(tested).name
+    return name, tested.strip()[len(name):].strip()
+
+
+def _installed(sdk: str) -> str:
     try:
-        requires = importlib.metadata.requires(distribution) or []
+        return importlib.metadata.version(sdk)
     except importlib.metadata.PackageNotFoundError:
-        return fallback
-    found = [r.split(";")[0].strip() for r in requires if r.lower().startswith(sdk.lower())]
-    return found[0] if found else fallback
+        return "unknown"
 
 
-def sdk_changed(
-    backend: str,
-    distribution: str,
-    target: str,
-    *,
-    sdk: str,
-    sdk_version: str,
-    problems: Sequence[str],
-    supported: str,
-) -> BackendLoadError:
-    """The error for an SDK that lacks what the plugin relies on, naming the supported range.
+def sdk_error(backend: type, problems: Sequence[str],
+              plugin: Plugin | None = None) -> BackendLoadError:
+    """The error for an SDK that lacks what ``backend`` relies on, naming the tested range.
 
     Args:
-        backend: the backend name, e.g. ``"wandb"``.
-        distribution: the plugin's distribution; its installed version goes into the error
-            (``"unknown"`` when it has no metadata).
-        target: the plugin's entry point, ``"module:Class"``.
-        sdk: the SDK's name as shown to the user, e.g. ``"wandb"``.
-        sdk_version: the installed SDK's version, e.g. ``wandb.__version__``.
+        backend: the backend class; its ``tested_sdk`` names the SDK and the tested range.
         problems: what is missing or changed, one short phrase each (at least one).
-        supported: the supported SDK range, e.g. from ``supported_range``.
+        plugin: who the plugin is; found from ``backend`` (``Plugin.of``) when not given.
 
     Returns:
-        A ``BackendLoadError`` (for the caller to raise) whose message reads
-        ``"<sdk> <version> is not supported (<problems>); this plugin supports <range>:
-        `pip install '<range>'`"``.
+        A ``BackendLoadError`` (for the caller to raise) whose message reads ``"<sdk>
+        <version> is not supported (<problems>); this plugin supports <range>: `pip install
+        '<range>'`"``; its ``cause`` is that ``RuntimeError``.
     """
+    plugin = Plugin.of(backend) if plugin is None else plugin
+    tested = _tested(backend)
+    if tested is None:
+        detail = f"the SDK lacks what {plugin.distribution} uses ({'; '.join(problems)})"
+    else:
+        sdk, specifier = tested
+        wanted = f"{sdk}{specifier}"
+        detail = (f"{sdk} {_installed(sdk)} is not supported ({'; '.join(problems)}); this "
+                  f"plugin supports {wanted}: `pip install '{wanted}'`")
+    return BackendLoadError(*plugin, RuntimeError(detail))
+
+
+def _outside_range(backend: type, plugin: Plugin) -> str | None:
+    """The warning text when the installed SDK is outside ``backend.tested_sdk``; else None."""
+    tested = _tested(backend)
+    if tested is None:
+        return None
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import InvalidVersion
+
+    sdk, specifier = tested
+    installed = _installed(sdk)
     try:
-        version = importlib.metadata.version(distribution)
-    except importlib.metadata.PackageNotFoundError:
-        version = "unknown"
-    return BackendLoadError(
-        backend, distribution, version, target,
-        RuntimeError(f"{sdk} {sdk_version} is not supported ({'; '.join(problems)}); this "
-                     f"plugin supports {supported}: `pip install '{supported}'`"),
-    )
+        if SpecifierSet(specifier).contains(installed, prereleases=True):
+            return None
+    except InvalidVersion:
+        pass
+    return (f"{sdk} {installed} is outside the range {plugin.distribution} {plugin.version} "
+            f"was tested with ({sdk}{specifier}); it has every {sdk} internal the plugin "
+            f"checks, so backend {plugin.backend!r} runs. If it misbehaves: `pip install "
+            f"'{sdk}{specifier}'`, or upgrade {plugin.distribution}")
+
+
+def ensure_sdk(backend: type | str, plugin: Plugin | None = None) -> type:
+    """Check the SDK of ``backend`` once per process: its version, then its shape.
+
+    Runs ``backend.check_sdk()`` (if the class has one) the first time and remembers the
+    outcome: later calls raise the same error, or return at once. When it reports nothing, an
+    installed SDK outside ``backend.tested_sdk`` gives one ``SdkVersionWarning`` (the run goes
+    on: the plugin's own check found every internal it uses).
+
+    Args:
+        backend: the backend class, or the top-level package name of its plugin (a
+            ``_compat.py`` passes ``__package__``), resolved through the installed entry points.
+        plugin: who the plugin is, when the caller knows (``discovery.check_backend``).
+
+    Returns:
+        The backend class.
+
+    Raises:
+        BackendLoadError: ``check_sdk()`` reported problems (the message names the SDK version,
+            the problems and the tested range), or raised (wrapped, naming the plugin; a
+            ``BackendLoadError`` it raised is kept as it is).
+        LookupError: ``backend`` is a package name no installed entry point is in.
+    """
+    cls = _plugin_class(backend) if isinstance(backend, str) else backend
+    with _lock:
+        if cls in _checked:
+            error = _checked[cls]
+            if error is not None:
+                raise error
+            return cls
+        error = _run_check(cls, plugin)
+        _checked[cls] = error
+    if error is not None:
+        raise error
+    return cls
+
+
+def _run_check(cls: type, plugin: Plugin | None) -> BackendLoadError | None:
+    check = getattr(cls, "check_sdk", None)
+    if not callable(check) and getattr(cls, "tested_sdk", None) is None:
+        return None
+    who = plugin or Plugin.of(cls)
+    try:
+        problems = check() if callable(check) else None
+    except BackendLoadError as error:
+        return error
+    except Exception as error:  # ImportError, or a check that raised instead of reporting
+        load_error = BackendLoadError(*who, error)
+        load_error.__cause__ = error
+        return load_error
+    if problems:
+        return sdk_error(cls, list(problems), who)
+    message = _outside_range(cls, who)
+    if message is not None:
+        warnings.warn(message, SdkVersionWarning, stacklevel=4)
+    return None

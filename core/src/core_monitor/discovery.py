@@ -22,7 +22,14 @@ from collections.abc import Mapping, Sequence
 from importlib.metadata import EntryPoint, PackageNotFoundError, distribution, entry_points
 from typing import NamedTuple
 
-from .errors import BackendLoadError, ConfigError, ConfigWarning, UnknownBackendError, closest
+from .errors import (
+    BackendLoadError,
+    ConfigError,
+    ConfigWarning,
+    SdkVersionWarning,
+    UnknownBackendError,
+    closest,
+)
 
 #: The entry-point group backends declare themselves in.
 GROUP = "experiment_monitors"
@@ -143,11 +150,14 @@ def status(info: BackendInfo, claims: list[BackendInfo], *, check: bool = False,
         others = ", ".join(i.distribution for i in claims if i is not info)
         return Status(refused, f"conflict: {info.name!r} is also claimed by {others}")
     if check:
-        try:
-            check_backend(info)
-        except BackendLoadError as error:
-            return Status("error", f"error: {error}")
-        return Status("ok", "ok")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", SdkVersionWarning)
+            try:
+                check_backend(info)
+            except BackendLoadError as error:
+                return Status("error", f"error: {error}")
+        untested = [str(w.message) for w in caught if issubclass(w.category, SdkVersionWarning)]
+        return Status("ok", f"ok; warning: {untested[0]}" if untested else "ok")
     missing = missing_requirements(info)
     if missing:
         return Status("broken", f"broken: requires {', '.join(missing)}, not installed "
@@ -203,7 +213,17 @@ def load_backend(info: BackendInfo) -> type:
     """
     try:
         loaded = info.entry_point.load()
-    except Exception as error:  # ImportError, but a broken plugin may raise anything on import
+    except ModuleNotFoundError as error:
+        if error.name is None:
+            raise BackendLoadError(
+                info.name, info.distribution, info.version, info.target, error
+            ) from error
+        # The expected case (an SDK not installed): the message names the package and the fix,
+        # so no chained traceback through the plugin's imports; ``.cause`` keeps the original.
+        raise BackendLoadError(
+            info.name, info.distribution, info.version, info.target, error
+        ) from None
+    except Exception as error:  # a broken plugin may raise anything on import: keep the chain
         raise BackendLoadError(
             info.name, info.distribution, info.version, info.target, error
         ) from error
@@ -216,27 +236,17 @@ def load_backend(info: BackendInfo) -> type:
 
 
 def check_backend(info: BackendInfo) -> type:
-    """``load_backend``, then the class's optional classmethod ``check_sdk()``.
-
-    ``check_sdk()`` imports the backend's SDK and checks that the SDK still has the shape the
-    plugin relies on (see the plugin guide); it is what ``monitors list --check`` runs.
+    """``load_backend``, then ``compat.ensure_sdk``: the class's optional ``check_sdk()`` and
+    ``tested_sdk`` range (see the plugin guide); what ``monitors list --check`` runs.
 
     Raises:
-        BackendLoadError: loading failed, or ``check_sdk()`` raised (its exception is kept
-            as-is when it is a ``BackendLoadError``, else wrapped in one naming the plugin).
+        BackendLoadError: loading failed, ``check_sdk()`` reported problems (the core builds
+            the error, naming the SDK version and the tested range), or it raised (kept as-is
+            when a ``BackendLoadError``, else wrapped in one naming the plugin).
     """
-    cls = load_backend(info)
-    check_sdk = getattr(cls, "check_sdk", None)
-    if callable(check_sdk):
-        try:
-            check_sdk()
-        except BackendLoadError:
-            raise
-        except Exception as error:  # ImportError, or a capability check that failed
-            raise BackendLoadError(
-                info.name, info.distribution, info.version, info.target, error
-            ) from error
-    return cls
+    from .compat import Plugin, ensure_sdk  # compat imports this module: deferred, no cycle
+
+    return ensure_sdk(load_backend(info), Plugin.from_info(info))
 
 
 def backend_name(cls: type) -> str:

@@ -69,6 +69,9 @@ class BackendLoadError(ImportError):
         version: that distribution's version.
         target: the entry point's value, ``"module:Class"``.
         missing: the module that could not be found (``ModuleNotFoundError.name``), or ``None``.
+        cause: ``error``, the exception that made loading fail. For a missing package the core
+            raises this error without chaining it (the message says all a user needs, so no
+            traceback of the plugin's imports is printed); ``cause`` keeps it reachable.
 
     ``name`` and ``path`` keep their ``ImportError`` meaning (unset here); the backend name is
     ``backend``.
@@ -81,6 +84,7 @@ class BackendLoadError(ImportError):
         self.distribution = distribution
         self.version = version
         self.target = target
+        self.cause = error
         self.missing = getattr(error, "name", None) if isinstance(error, ImportError) else None
         if self.missing:
             fix = (
@@ -100,6 +104,13 @@ class ConfigWarning(UserWarning):
     backend disabled by ``EXPERIMENT_MONITORS_DISABLE`` (not started; the others run), or a
     name in that variable that no installed backend has. ``strict=True`` raises
     ``ConfigError`` instead."""
+
+
+class SdkVersionWarning(UserWarning):
+    """The installed SDK of a backend is outside the range its plugin was tested with
+    (``tested_sdk`` on the backend class), yet has every internal the plugin checks for, so the
+    backend runs. Issued once per backend class and process; the message names the SDK version
+    and the tested range."""
 
 
 class BackendWarning(RuntimeWarning):

@@ -349,18 +349,19 @@ def test_importing_the_plugin_imports_no_sdk():
 
 
 def test_check_sdk_passes_for_the_installed_tensorboard():
-    TensorBoardMonitor.check_sdk()
+    assert TensorBoardMonitor.check_sdk() == []
 
 
 def test_a_tensorboard_without_the_writer_the_plugin_uses_fails_loudly():
     """Simulates a TensorBoard release that changed ``EventFileWriter``."""
     message = load_error_after(
         "from tensorboard.summary.writer import event_file_writer\n"
+        "from core_monitor.compat import ensure_sdk\n"
         "from tensorboard_monitor import TensorBoardMonitor\n"
         "del event_file_writer.EventFileWriter.add_event",
-        "TensorBoardMonitor.check_sdk()",
+        "ensure_sdk(TensorBoardMonitor)",
     )
-    assert "EventFileWriter.add_event" in message and "tensorboard<3,>=2.21" in message
+    assert "EventFileWriter.add_event" in message and "tensorboard>=2.21,<3" in message
 
 
 def test_media_events_are_what_tensorboards_dashboards_read(logs):

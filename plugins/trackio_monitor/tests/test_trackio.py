@@ -304,7 +304,7 @@ def test_importing_the_plugin_imports_no_sdk():
 
 
 def test_check_sdk_passes_for_the_installed_trackio():
-    TrackioMonitor.check_sdk()
+    assert TrackioMonitor.check_sdk() == []
 
 
 def test_a_trackio_without_an_internal_the_plugin_uses_fails_loudly():
@@ -315,7 +315,7 @@ def test_a_trackio_without_an_internal_the_plugin_uses_fails_loudly():
         "Monitor(['trackio'], project='p', log_dir='unused', strict=True)",
     )
     assert "'trackio'" in message and "_flush_queues_inline" in message
-    assert "trackio<0.44,>=0.42" in message
+    assert "trackio>=0.42,<0.44" in message
 
 
 def test_log_config_merges_into_trackios_run_config(log_dir):

@@ -432,7 +432,7 @@ def test_importing_the_plugin_imports_no_sdk():
 
 
 def test_check_sdk_passes_for_the_installed_wandb():
-    WandbMonitor.check_sdk()
+    assert WandbMonitor.check_sdk() == []
 
 
 def test_a_wandb_without_an_internal_the_plugin_uses_fails_loudly(tmp_path):
@@ -443,7 +443,7 @@ def test_a_wandb_without_an_internal_the_plugin_uses_fails_loudly(tmp_path):
         f"Monitor(['wandb'], project='p', log_dir={str(tmp_path)!r}, strict=True, "
         f"wandb={OPTIONS!r})",
     )
-    assert "remove_active_run" in message and "wandb<0.32,>=0.31" in message
+    assert "remove_active_run" in message and "wandb>=0.31,<0.32" in message
     assert find_run_dirs(tmp_path) == []  # refused before any run started
 
 

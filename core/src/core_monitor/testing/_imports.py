@@ -6,6 +6,8 @@ from __future__ import annotations
 import importlib.metadata
 import re
 
+from ..compat import packages_distributions
+
 CORE_DISTRIBUTION = "core-monitor"
 
 
@@ -17,7 +19,7 @@ def requirement_modules(module: str) -> set[str] | None:
     """Top-level import names of the requirements (without extras-only ones and without
     core-monitor) of the distribution providing ``module``; ``None`` when no installed
     distribution provides it."""
-    providers = importlib.metadata.packages_distributions()
+    providers = packages_distributions()  # Python 3.10: inferred from RECORD as 3.11 does
     distributions = providers.get(module.partition(".")[0])
     if not distributions:
         return None

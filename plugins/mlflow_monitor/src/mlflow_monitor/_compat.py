@@ -21,17 +21,15 @@ import inspect
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from importlib.metadata import PackageNotFoundError, version
 from types import ModuleType
 from typing import Any
 
-from core_monitor import BackendLoadError
-from core_monitor.compat import sdk_changed
+from core_monitor.compat import ensure_sdk, require_sdk
 
-#: The MLflow versions this plugin is tested with (also its declared dependency range).
-SUPPORTED = "mlflow>=3.17,<4"
-DISTRIBUTION = "mlflow-monitor"
-TARGET = "mlflow_monitor:MlflowMonitor"
+#: The MLflow versions this plugin is tested with (``nox -s lowest`` runs the lowest,
+#: ``nox -s newest`` the newest on the index). The install requirement names only the lowest;
+#: outside this range the core warns once, and ``problems()`` decides whether the plugin runs.
+TESTED = "mlflow>=3.17,<4"
 
 #: The names in ``mlflow.utils.rest_utils`` that ``request_limits`` overrides.
 _LIMITS = {
@@ -77,52 +75,58 @@ class _ThreadOverride:
         return repr(self._variable)
 
 
-def _load_error(problem: str) -> BackendLoadError:
-    try:
-        sdk_version = version("mlflow")
-    except PackageNotFoundError:
-        sdk_version = "unknown"
-    return sdk_changed("mlflow", DISTRIBUTION, TARGET, sdk="mlflow", sdk_version=sdk_version,
-                       problems=[problem], supported=SUPPORTED)
+# The SDK is imported only when a backend is built, but must be there for the plugin to load.
+require_sdk("mlflow", "mlflow-monitor")
+
+
+def problems() -> list[str]:
+    """Import MLflow; what it lacks of what this plugin uses (``[]``: nothing). Changes
+    nothing (``check()`` installs the overrides)."""
+    import mlflow
+    from mlflow.utils import rest_utils
+
+    found = [f"mlflow.{attr} is missing" for attr in ("MlflowClient", "is_tracking_uri_set")
+             if not hasattr(mlflow, attr)]
+    http_request = getattr(rest_utils, "http_request", None)
+    if http_request is None:
+        return [*found, "mlflow.utils.rest_utils.http_request is missing"]
+    parameters = inspect.signature(http_request).parameters
+    found += [f"rest_utils.http_request() takes no {name!r} argument"
+              for name in ("timeout", "max_retries", "backoff_factor", "backoff_jitter",
+                           "respect_retry_after_header") if name not in parameters]
+    for attr in _LIMITS.values():
+        variable = getattr(rest_utils, attr, None)
+        if variable is None or not callable(getattr(variable, "get", None)) or not isinstance(
+            getattr(variable, "name", None), str
+        ):
+            found.append(f"mlflow.utils.rest_utils.{attr} is missing or has no .get()")
+    return found
 
 
 def check() -> ModuleType:
-    """Import MLflow, check the internals this plugin uses and install the per-thread overrides.
+    """Import MLflow, have the core check it once (``problems()``, through
+    ``MlflowMonitor.check_sdk``) and install the per-thread overrides.
 
     Returns:
         The ``mlflow`` module.
 
     Raises:
         ImportError: MLflow is not installed.
-        core_monitor.BackendLoadError: MLflow's internals changed shape (names the supported
+        core_monitor.BackendLoadError: MLflow's internals changed shape (names the tested
             versions).
     """
     global _checked
     if _checked is not None:
         return _checked
+    ensure_sdk(__package__)
     import mlflow
     from mlflow.utils import rest_utils
 
     with _install_lock:
         if _checked is not None:
             return _checked
-        for attr in ("MlflowClient", "is_tracking_uri_set"):
-            if not hasattr(mlflow, attr):
-                raise _load_error(f"mlflow.{attr} is missing")
-        http_request = getattr(rest_utils, "http_request", None)
-        if http_request is None:
-            raise _load_error("mlflow.utils.rest_utils.http_request is missing")
-        parameters = inspect.signature(http_request).parameters
-        for name in ("timeout", "max_retries", "backoff_factor", "backoff_jitter",
-                     "respect_retry_after_header"):
-            if name not in parameters:
-                raise _load_error(f"rest_utils.http_request() takes no {name!r} argument")
         for attr in _LIMITS.values():
-            variable = getattr(rest_utils, attr, None)
-            if variable is None or not callable(getattr(variable, "get", None)) or not isinstance(
-                getattr(variable, "name", None), str
-            ):
-                raise _load_error(f"mlflow.utils.rest_utils.{attr} is missing or has no .get()")
+            variable = getattr(rest_utils, attr)
             if not isinstance(variable, _ThreadOverride):
                 setattr(rest_utils, attr, _ThreadOverride(variable))
         _checked = mlflow

@@ -94,6 +94,8 @@ class MlflowMonitor(RowBuffer):
     #: ``monitor_write_media`` stores images and text as run artifacts (``media``); MLflow has
     #: no histogram, so the core skips histograms for this backend.
     media_kinds = MEDIA_KINDS
+    #: The MLflow versions this plugin is tested with; outside them the core warns once.
+    tested_sdk = _compat.TESTED
 
     def __init__(
         self,
@@ -156,15 +158,14 @@ class MlflowMonitor(RowBuffer):
             self._send_config(run.config)
 
     @classmethod
-    def check_sdk(cls) -> None:
-        """Import MLflow and check the internals this plugin relies on (``monitors list
-        --check`` calls it).
+    def check_sdk(cls) -> list[str]:
+        """Import MLflow; what it lacks of what the plugin uses (``[]``: nothing). The core
+        reports a problem as a ``BackendLoadError`` naming ``tested_sdk``.
 
         Raises:
             ImportError: MLflow is not installed.
-            core_monitor.BackendLoadError: an unsupported MLflow version (names the range).
         """
-        _compat.check()
+        return _compat.problems()
 
     # Hooks -------------------------------------------------------------------------------------
 

@@ -67,15 +67,18 @@ class TensorBoardMonitor:
     #: ``monitor_write_media`` stores images, histograms and text (see ``media``).
     media_kinds = MEDIA_KINDS
 
+    #: The TensorBoard versions this plugin is tested with; outside them the core warns once.
+    tested_sdk = _compat.TESTED
+
     @classmethod
-    def check_sdk(cls) -> None:
-        """Import TensorBoard and check the modules the plugin uses.
+    def check_sdk(cls) -> list[str]:
+        """Import TensorBoard; what it lacks of what the plugin uses (``[]``: nothing). The
+        core reports a problem as a ``BackendLoadError`` naming ``tested_sdk``.
 
         Raises:
             ImportError: TensorBoard is not installed.
-            BackendLoadError: TensorBoard changed shape; the message names the supported range.
         """
-        _compat.sdk()
+        return _compat.problems()
 
     def __init__(
         self,

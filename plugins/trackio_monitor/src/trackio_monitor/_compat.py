@@ -2,9 +2,9 @@
 
 Trackio's public API (``trackio.init``/``log``/``finish``) works on one process-wide current run
 and folder, which a library must not take over, so the plugin drives ``trackio.run.Run`` itself.
-``check()`` verifies at first use that this Trackio still has the shape relied on, else raises
-``core_monitor.BackendLoadError`` naming the supported range (the plugin's declared dependency).
-Nothing here imports Trackio at module import.
+``problems()`` lists what this Trackio lacks of the internals relied on; the backend's
+``check_sdk()`` reports it and the core turns it into a ``BackendLoadError`` naming the tested
+range (``core_monitor.compat``). Nothing here imports Trackio at module import.
 """
 
 from __future__ import annotations
@@ -23,15 +23,14 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from core_monitor import BackendLoadError
-from core_monitor.compat import require_sdk, sdk_changed, supported_range
+from core_monitor.compat import require_sdk
 
-DISTRIBUTION = "trackio-monitor"
-TARGET = "trackio_monitor:TrackioMonitor"
-#: The tested range, as in pyproject.toml (used when the distribution's metadata is absent).
-SUPPORTED_FALLBACK = "trackio>=0.42,<0.44"
+#: The Trackio versions this plugin is tested with (``nox -s lowest`` runs the lowest,
+#: ``nox -s newest`` the newest on the index). The install requirement names only the lowest;
+#: outside this range the core warns once, and ``problems()`` decides whether the plugin runs.
+TESTED = "trackio>=0.42,<0.44"
 
-#: Tags Trackio keeps for itself (``trackio.utils.RESERVED_KEYS``), checked by ``check()``.
+#: Tags Trackio keeps for itself (``trackio.utils.RESERVED_KEYS``), checked by ``problems()``.
 #: Trackio stores each of them, and every tag starting with ``"__"``, as ``"__" + tag``.
 RESERVED_TAGS: tuple[str, ...] = ("project", "run", "timestamp", "step", "time", "metrics")
 
@@ -40,69 +39,42 @@ _RUN_ARGS = ("url", "project", "client", "name", "run_id", "group", "config", "e
              "auto_log_gpu", "auto_log_cpu")
 _RUN_MEMBERS = ("_get_username", "_flush_queues_inline", "finish", "log")
 _RUN_STATE = ("_client_lock", "_config_logged", "_stop_flag", "config", "id", "name", "project")
-_checked = False
 
 
 # The SDK is imported only when a backend is built, but must be there for the plugin to load.
-SDK = "trackio"
-require_sdk(SDK, DISTRIBUTION)
+require_sdk("trackio", "trackio-monitor")
 
 
-def supported() -> str:
-    """The Trackio requirement the installed plugin declares, e.g. ``"trackio<0.44,>=0.42"``."""
-    return supported_range(DISTRIBUTION, SDK, SUPPORTED_FALLBACK)
-
-
-def check() -> None:
-    """Import Trackio and check every internal the plugin uses (the first call only).
-
-    Raises:
-        BackendLoadError: Trackio lacks something the plugin uses (names the supported range).
-    """
-    global _checked
-    if _checked:
-        return
-    import trackio
+def problems() -> list[str]:
+    """Import Trackio; what it lacks of the internals this plugin uses (``[]``: nothing)."""
     from trackio import context_vars, utils
     from trackio.run import Run
     from trackio.sqlite_storage import SQLiteStorage
 
-    problems = []
+    found = []
     missing_args = set(_RUN_ARGS) - set(inspect.signature(Run.__init__).parameters)
     if missing_args:
-        problems.append(f"trackio.run.Run() takes no {sorted(missing_args)}")
-    problems += [f"no Run.{m}" for m in _RUN_MEMBERS if not callable(getattr(Run, m, None))]
+        found.append(f"trackio.run.Run() takes no {sorted(missing_args)}")
+    found += [f"no Run.{m}" for m in _RUN_MEMBERS if not callable(getattr(Run, m, None))]
     if tuple(sorted(getattr(utils, "RESERVED_KEYS", ()))) != tuple(sorted(RESERVED_TAGS)):
-        problems.append("trackio.utils.RESERVED_KEYS changed")
+        found.append("trackio.utils.RESERVED_KEYS changed")
     if not isinstance(getattr(utils, "TRACKIO_DIR", None), Path):
-        problems.append("no trackio.utils.TRACKIO_DIR path")
+        found.append("no trackio.utils.TRACKIO_DIR path")
     if not isinstance(getattr(context_vars, "current_run", None), contextvars.ContextVar):
-        problems.append("no trackio.context_vars.current_run")
+        found.append("no trackio.context_vars.current_run")
     for name in ("get_project_db_filename", "validate_project_name", "init_db",
                  "get_latest_run_record_by_name", "_get_process_lock", "_get_connection"):
         if not callable(getattr(SQLiteStorage, name, None)):
-            problems.append(f"no SQLiteStorage.{name}")
+            found.append(f"no SQLiteStorage.{name}")
     for name in ("serialize_values", "deserialize_values", "to_json_safe"):
         if not callable(getattr(utils, name, None)):
-            problems.append(f"no trackio.utils.{name}")
-    if problems:
-        raise unsupported(trackio.__version__, problems)
-    _checked = True
+            found.append(f"no trackio.utils.{name}")
+    return found
 
 
-def check_run(run: Any) -> None:
-    """Check the private members that only a started ``Run`` has; ``BackendLoadError`` if not."""
-    import trackio
-
-    problems = [f"no Run.{name}" for name in _RUN_STATE if not hasattr(run, name)]
-    if problems:
-        raise unsupported(trackio.__version__, problems)
-
-
-def unsupported(sdk_version: str, problems: list[str]) -> BackendLoadError:
-    """The error for a Trackio that lacks what the plugin uses, naming the supported range."""
-    return sdk_changed("trackio", DISTRIBUTION, TARGET, sdk=SDK, sdk_version=sdk_version,
-                       problems=problems, supported=supported())
+def run_problems(run: Any) -> list[str]:
+    """The private members that only a started ``Run`` has, missing from ``run``."""
+    return [f"no Run.{name}" for name in _RUN_STATE if not hasattr(run, name)]
 
 
 @functools.cache

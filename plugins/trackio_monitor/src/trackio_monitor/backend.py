@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from core_monitor import ConfigError, Event, RunInfo, hookimpl
+from core_monitor.compat import ensure_sdk, sdk_error
 from core_monitor.events import rows_by_step
 from core_monitor.media import MEDIA_KINDS
 
@@ -67,15 +68,18 @@ class TrackioMonitor:
     #: ``monitor_write_media`` stores each kind as Trackio's own media type (see ``media``).
     media_kinds = MEDIA_KINDS
 
+    #: The Trackio versions this plugin is tested with; outside them the core warns once.
+    tested_sdk = _compat.TESTED
+
     @classmethod
-    def check_sdk(cls) -> None:
-        """Import Trackio and check every internal the plugin uses.
+    def check_sdk(cls) -> list[str]:
+        """Import Trackio; what it lacks of the internals the plugin uses (``[]``: nothing).
+        The core reports a problem as a ``BackendLoadError`` naming ``tested_sdk``.
 
         Raises:
             ImportError: Trackio is not installed.
-            BackendLoadError: this Trackio changed shape; the message names the supported range.
         """
-        _compat.check()
+        return _compat.problems()
 
     def __init__(
         self,
@@ -92,7 +96,7 @@ class TrackioMonitor:
     ) -> None:
         check_options(group, resume, space_id, server_url, private, auto_log_gpu,
                       auto_log_cpu, quiet)
-        _compat.check()
+        ensure_sdk(TrackioMonitor)
         try:
             _compat.sqlite_storage().validate_project_name(run.project)
         except ValueError as error:
@@ -121,7 +125,9 @@ class TrackioMonitor:
                         run.project, name, config, group=group, resume=resume,
                         auto_log_gpu=auto_log_gpu, auto_log_cpu=auto_log_cpu,
                     )
-            _compat.check_run(self._run)
+            problems = _compat.run_problems(self._run)
+            if problems:
+                raise sdk_error(TrackioMonitor, problems)
             self._db = self._dir / _compat.sqlite_storage().get_project_db_filename(run.project)
             #: Rows of this run already in the database (a resumed run) + rows sent since.
             self._expected = 0 if self._remote else count_rows(self._db, self._run.id)

@@ -5,9 +5,10 @@ Two things have no public API in wandb: (1) a library's run that must not become
 whether this process started wandb's service and may stop it), and (2) reading an offline run
 back: wandb writes no history JSON offline and ships no Python reader, so ``read_records``
 decodes the ``.wandb`` transaction log (LevelDB-log framing: 32 KiB blocks, CRC-32 per chunk)
-into wandb's own ``Record`` protobuf messages. ``check()`` verifies at first use that wandb
-still has the shape relied on, else raises ``core_monitor.BackendLoadError`` naming the
-supported range (the plugin's declared dependency). Nothing here imports wandb at module import.
+into wandb's own ``Record`` protobuf messages. ``problems()`` lists what this wandb lacks of
+the shape relied on; the backend's ``check_sdk()`` reports it and the core turns it into a
+``BackendLoadError`` naming the tested range (``core_monitor.compat``). Nothing here imports
+wandb at module import.
 """
 
 from __future__ import annotations
@@ -20,13 +21,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from core_monitor import BackendLoadError
-from core_monitor.compat import require_sdk, sdk_changed, supported_range
+from core_monitor.compat import require_sdk
 
-DISTRIBUTION = "wandb-monitor"
-TARGET = "wandb_monitor:WandbMonitor"
-#: The tested range, as in pyproject.toml (used when the distribution's metadata is absent).
-SUPPORTED_FALLBACK = "wandb>=0.31,<0.32"
+#: The wandb versions this plugin is tested with (``nox -s lowest`` runs the lowest,
+#: ``nox -s newest`` the newest on the index). The install requirement names only the lowest;
+#: outside this range the core warns once, and ``problems()`` decides whether the plugin runs.
+TESTED = "wandb>=0.31,<0.32"
 
 # The .wandb transaction log (wandb-core's transactionlog/leveldb packages): a 7-byte header,
 # then LevelDB log records in 32 KiB blocks: crc32 (IEEE, of type byte + data), uint16 length,
@@ -36,52 +36,30 @@ _BLOCK = 32768
 _CHUNK_HEADER = struct.Struct("<IHB")
 _FULL, _FIRST, _MIDDLE, _LAST = 1, 2, 3, 4
 _RECORD_FIELDS = ("history", "run", "config", "exit", "metric")
-_checked = False
 
 
 # The SDK is imported only when a backend is built, but must be there for the plugin to load.
-SDK = "wandb"
-require_sdk(SDK, DISTRIBUTION)
+require_sdk("wandb", "wandb-monitor")
 
 
-def supported() -> str:
-    """The wandb requirement the installed plugin declares, e.g. ``"wandb<0.32,>=0.31"``."""
-    return supported_range(DISTRIBUTION, SDK, SUPPORTED_FALLBACK)
-
-
-def check() -> None:
-    """Import wandb and check every internal the plugin uses (the first call only).
-
-    Raises:
-        BackendLoadError: wandb lacks something the plugin uses (names the supported range).
-    """
-    global _checked
-    if _checked:
-        return
+def problems() -> list[str]:
+    """Import wandb; what it lacks of the internals this plugin uses (``[]``: nothing)."""
     import wandb
     from wandb.proto import wandb_internal_pb2
     from wandb.sdk import wandb_setup
 
-    problems = []
+    found = []
     setup = getattr(wandb_setup, "_WandbSetup", None)
     init_names = set(setup.__init__.__code__.co_names) if setup is not None else set()
     if not hasattr(wandb_setup, "_singleton") or not {"_pid", "_connection"} <= init_names:
-        problems.append("no wandb_setup._singleton with _pid and _connection")
-    problems += [f"no _WandbSetup.{m}" for m in ("remove_active_run", "most_recent_active_run")
-                 if not hasattr(setup, m)]
+        found.append("no wandb_setup._singleton with _pid and _connection")
+    found += [f"no _WandbSetup.{m}" for m in ("remove_active_run", "most_recent_active_run")
+              if not hasattr(setup, m)]
     if "reinit" not in inspect.signature(wandb.init).parameters:
-        problems.append("wandb.init() takes no reinit")
+        found.append("wandb.init() takes no reinit")
     fields = wandb_internal_pb2.Record.DESCRIPTOR.fields_by_name
-    problems += [f"no Record.{f}" for f in _RECORD_FIELDS if f not in fields]
-    if problems:
-        raise unsupported(wandb.__version__, problems)
-    _checked = True
-
-
-def unsupported(sdk_version: str, problems: list[str]) -> BackendLoadError:
-    """The error for a wandb that lacks what the plugin uses, naming the supported range."""
-    return sdk_changed("wandb", DISTRIBUTION, TARGET, sdk=SDK, sdk_version=sdk_version,
-                       problems=problems, supported=supported())
+    found += [f"no Record.{f}" for f in _RECORD_FIELDS if f not in fields]
+    return found
 
 
 # wandb's process-wide state ------------------------------------------------------------------
@@ -152,7 +130,7 @@ def read_records(path: str | os.PathLike[str]) -> Iterator[Any]:
         raise ValueError(f"{str(file)!r} is not a wandb transaction log (bad header)")
     if data[6] != _HEADER[6]:
         raise ValueError(f"{str(file)!r} has transaction log version {data[6]}; this reader "
-                         f"knows version 0 ({supported()}): upgrade wandb-monitor")
+                         f"knows version 0 (tested with {TESTED}): upgrade wandb-monitor")
     for payload in _payloads(data, 0, file):
         record = wandb_internal_pb2.Record()
         record.ParseFromString(payload)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from core_monitor import ConfigError, Event, RunInfo, hookimpl
+from core_monitor.compat import ensure_sdk
 from core_monitor.events import rows_by_step
 from core_monitor.media import MEDIA_KINDS
 
@@ -73,15 +74,18 @@ class WandbMonitor:
     #: ``monitor_write_media`` stores images, histograms and text (see ``media``).
     media_kinds = MEDIA_KINDS
 
+    #: The wandb versions this plugin is tested with; outside them the core warns once.
+    tested_sdk = _compat.TESTED
+
     @classmethod
-    def check_sdk(cls) -> None:
-        """Import wandb and check every internal the plugin uses.
+    def check_sdk(cls) -> list[str]:
+        """Import wandb; what it lacks of the internals the plugin uses (``[]``: nothing).
+        The core reports a problem as a ``BackendLoadError`` naming ``tested_sdk``.
 
         Raises:
             ImportError: wandb is not installed.
-            BackendLoadError: wandb changed shape; the message names the supported range.
         """
-        _compat.check()
+        return _compat.problems()
 
     def __init__(
         self,
@@ -97,7 +101,7 @@ class WandbMonitor:
         settings: Mapping[str, Any] | None = None,
     ) -> None:
         _check_options(mode, entity, group, job_type, tags, notes, step_metric)
-        _compat.check()
+        ensure_sdk(WandbMonitor)
         init: dict[str, Any] = {
             "project": run.project,
             "name": run.ranked_name,
