@@ -7,31 +7,44 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..events import flatten, to_float
+from ..media import MEDIA_TYPES, Text
 
 
-def numeric(metrics: Mapping[str, Any], warned: set[str], source: str) -> dict[str, float]:
-    """Return the numeric entries of ``metrics`` as ``{tag: float}``, nested tags joined with ``/``.
+def loggable(metrics: Mapping[str, Any], warned: set[str], source: str, *,
+             text: bool = True) -> dict[str, Any]:
+    """Return what ``Monitor.log`` can store of ``metrics``, nested tags joined with ``/``.
 
-    Frameworks let a caller log values that are not scalars (accelerate allows ``str``; the
-    Hugging Face Trainer logs strings and lists in ``log_history``). Such an entry is skipped
-    with one ``UserWarning`` per tag and ``warned`` set (the caller keeps ``warned`` per run),
-    never raised: a training loop that works with other trackers keeps working.
+    Numbers (and tensors/arrays of one element) become ``float``; media values pass as they
+    are; with ``text=True`` a ``str`` becomes ``core_monitor.Text``, as the frameworks' own
+    TensorBoard writers store strings (accelerate's ``TensorBoardTracker`` and the Trainer's
+    ``TensorBoardCallback`` call ``add_text``). Anything else (``None``, lists; a ``str`` with
+    ``text=False``) is skipped with one ``UserWarning`` per tag and ``warned`` set (the caller
+    keeps ``warned`` per run), never raised: a training loop that works with other trackers
+    keeps working.
 
     Args:
-        metrics: ``{tag: value}``; values are numbers, tensors/arrays of one element, or other.
+        metrics: ``{tag: value}``.
         warned: tags already warned about; updated in place.
         source: who logged, for the warning (e.g. ``"accelerate"``).
+        text: store strings as ``Text``.
     """
-    out: dict[str, float] = {}
+    out: dict[str, Any] = {}
     for tag, value in flatten(metrics):
+        if isinstance(value, MEDIA_TYPES):
+            out[tag] = value
+            continue
+        if text and isinstance(value, str):
+            out[tag] = Text(value)
+            continue
         try:
             out[tag] = to_float(tag, value)
         except TypeError:
             if tag not in warned:
                 warned.add(tag)
+                kind = "numbers and text" if text else "numbers"
                 warnings.warn(
-                    f"{source}: {tag!r} = {value!r:.60} is not a number; the monitor stores "
-                    "scalars only, so this key is skipped (this warning is shown once per key)",
+                    f"{source}: {tag!r} = {value!r:.60} is neither of the {kind} the monitor "
+                    "stores, so this key is skipped (this warning is shown once per key)",
                     UserWarning, stacklevel=3,
                 )
     return out

@@ -25,7 +25,7 @@ from accelerate.tracking import GeneralTracker, register_tracker_class
 
 from ..errors import ConfigError
 from ..monitor import Monitor
-from ._common import numeric
+from ._common import loggable
 
 __all__ = ["TRACKER_NAME", "MonitorTracker", "register"]
 
@@ -107,7 +107,7 @@ class MonitorTracker(GeneralTracker):
             RuntimeError: called before ``init_trackers`` or after ``end_training``.
         """
         monitor = self._started()
-        monitor.log(numeric(values, self._warned, "accelerate"), step=step)
+        monitor.log(loggable(values, self._warned, "accelerate", text=False), step=step)
 
     def finish(self) -> None:
         """Flush and close the run (``Accelerator.end_training``)."""

@@ -19,7 +19,7 @@ from typing import Any
 from transformers import TrainerCallback
 
 from ..monitor import Monitor
-from ._common import numeric
+from ._common import loggable
 from ._runs import LazyRun
 
 __all__ = ["MonitorCallback"]
@@ -85,7 +85,7 @@ class MonitorCallback(TrainerCallback):
         """Store the numeric entries of ``logs`` at ``state.global_step`` (process zero)."""
         if not state.is_world_process_zero or not logs:
             return
-        self._monitor(args).log(numeric(logs, self._warned, "MonitorCallback"),
+        self._monitor(args).log(loggable(logs, self._warned, "MonitorCallback", text=False),
                                 step=state.global_step)
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
