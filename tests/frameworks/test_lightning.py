@@ -90,9 +90,8 @@ def test_logging_after_finalize_goes_on_in_the_run_and_after_close_starts_a_seco
 
 def test_two_loggers_with_default_names_are_two_runs_with_two_checkpoint_folders(
         log_dir, tmp_path):
-    from lightning_fit import TinyRegressor, data
-
     import lightning as L
+    from lightning_fit import TinyRegressor, data
 
     loggers = [MonitorLogger(["tensorboard"], project="lit", log_dir=log_dir) for _ in range(2)]
     assert loggers[0].version != loggers[1].version  # even when made in the same second

@@ -3,11 +3,38 @@
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .. import discovery
 from ..events import flatten, to_float
 from ..media import MEDIA_TYPES, Text
+from ..settings import check_backend_keys, check_keywords, check_options
+
+
+def check_arguments(backends: Sequence[str | type] | str | None, project: str,
+                    name: str | None, monitor_kwargs: Mapping[str, Any]) -> None:
+    """Check what ``Monitor(backends, project=..., name=..., **monitor_kwargs)`` checks before
+    it constructs a backend: the backend names, ``Monitor``'s keywords and each backend's
+    option names, importing each selected plugin module but no SDK (as ``Monitor`` does on a
+    rank that writes nothing).
+
+    For a framework that creates the ``Monitor`` on one process only (accelerate's
+    ``init_trackers`` runs on the main process): called where every process passes, it makes a
+    misspelt option the same ``ConfigError`` on every process, before training starts.
+
+    Raises:
+        ConfigError, UnknownBackendError, BackendLoadError: as ``Monitor`` raises them.
+    """
+    chosen = check_keywords(backends, project, name, monitor_kwargs.get("strict", False),
+                            monitor_kwargs.get("rank_zero_only", True))
+    with warnings.catch_warnings():  # a disabled backend is reported by Monitor itself
+        warnings.simplefilter("ignore")
+        found = discovery.select(chosen, strict=monitor_kwargs.get("strict", False) is True)
+    check_backend_keys(monitor_kwargs, chosen)
+    for backend, target in found.items():
+        cls = target if isinstance(target, type) else discovery.load_backend(target)
+        check_options(backend, cls, monitor_kwargs.get(backend) or {})
 
 
 def loggable(metrics: Mapping[str, Any], warned: set[str], source: str, *,
