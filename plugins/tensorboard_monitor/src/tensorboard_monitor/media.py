@@ -18,6 +18,7 @@ Each value is one ``Event`` at the caller's step and the ``log`` call's wall tim
 from __future__ import annotations
 
 import io
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -73,7 +74,8 @@ def _histogram(sdk: Any, histogram: Histogram) -> Any:
     )
 
 
-def read_media(run: RunInfo) -> list[tuple[str, int, Image | Histogram | Text]]:
+def read_media(run: RunInfo, *, run_dir: str | os.PathLike[str] | None = None,
+               ) -> list[tuple[str, int, Image | Histogram | Text]]:
     """Read a run's images, histograms and text back with TensorBoard's ``EventAccumulator``.
 
     Every value is returned (``size_guidance`` 0 for images, histograms and tensors). Order:
@@ -82,6 +84,7 @@ def read_media(run: RunInfo) -> list[tuple[str, int, Image | Histogram | Text]]:
 
     Args:
         run: as for ``read_rows`` (``Monitor.run``).
+        run_dir: as for ``read_rows``: the run's exact folder (the ``run_dir`` option).
 
     Returns:
         ``[(tag, step, value), ...]``: ``value`` an ``Image`` (``array``: the PNG decoded, a
@@ -97,7 +100,7 @@ def read_media(run: RunInfo) -> list[tuple[str, int, Image | Histogram | Text]]:
     from .reader import _accumulator
 
     sdk = _compat.sdk()
-    accumulator = _accumulator(run, SIZE_GUIDANCE)
+    accumulator = _accumulator(run, SIZE_GUIDANCE, run_dir)
     tags = accumulator.Tags()
     found: list[tuple[str, int, Image | Histogram | Text]] = []
     for tag in tags["images"]:

@@ -75,6 +75,17 @@ class WandbMonitor:
     media_kinds = media.MEDIA_KINDS
 
     @classmethod
+    def from_deepspeed(cls, section: Mapping[str, Any]) -> dict[str, Any]:
+        """DeepSpeed's ``"wandb"`` section (``deepspeed.monitor.config.WandbConfig``,
+        ``enabled`` removed) in this backend's terms, for ``core_monitor.integrations.deepspeed``:
+        DeepSpeed's ``team`` is the wandb ``entity``; ``project`` and ``group`` mean the same
+        here. Other keys are passed on as they are."""
+        options = dict(section)
+        if "team" in options:
+            options["entity"] = options.pop("team")
+        return options
+
+    @classmethod
     def check_sdk(cls) -> None:
         """Import wandb and check every internal the plugin uses.
 
