@@ -56,6 +56,8 @@ class TensorBoardMonitor:
             run (``<output_path>/<job_name>``, see ``from_deepspeed``). A rank above 0
             (``rank_zero_only=False``) adds ``rank<rank>``. Read it back with
             ``read_rows(run, run_dir=...)``.
+        quiet: accepted as by every first-party backend (``False`` shows the SDK's own
+            output); TensorBoard's writer prints nothing either way.
 
     Raises:
         ConfigError: an option has a wrong type or value, or the project / run name cannot
@@ -112,8 +114,11 @@ class TensorBoardMonitor:
         filename_suffix: str = "",
         hparams: bool = True,
         run_dir: str | os.PathLike[str] | None = None,
+        quiet: bool = True,
     ) -> None:
         _check_options(flush_secs, max_queue, filename_suffix, hparams)
+        if not isinstance(quiet, bool):
+            raise ConfigError(f"tensorboard: option quiet={quiet!r} must be True or False")
         folder = (event_folder(run_dir, rank=run.rank) if run_dir is not None
                   else _run_dir(run.project, run.name, run.log_dir, rank=run.rank))
         sdk = _compat.sdk()
