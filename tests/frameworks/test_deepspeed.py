@@ -72,17 +72,7 @@ def test_attach_takes_over_trackio_tensorboard_and_wandb_sections(log_dir, tmp_p
     assert len(event_files(log_dir / "dsrun")) == 2
 
 
-def test_initialize_opens_no_writer_of_deepspeed_for_the_sections_taken_over(log_dir,
-                                                                             tmp_path):
-    out = tmp_path / "out.json"
-    run_script("ds_train.py", log_dir, out, "initialize", nproc=1)
-    check_run(log_dir, out, world_size=1)
-    assert len(event_files(log_dir / "dsrun")) == 1  # ours only
-    wandb_dir = Path(os.environ["WANDB_DIR"])  # where DeepSpeed's own wandb run would go
-    assert not list(wandb_dir.rglob("*.wandb")), "DeepSpeed opened its wandb run"
-
-
-def test_torchrun_two_ranks_one_run_per_backend_written_by_rank_0(log_dir, tmp_path):
+def test_initialize_under_torchrun_two_ranks_one_run_per_backend_by_rank_0(log_dir, tmp_path):
     out = tmp_path / "out.json"
     run_script("ds_train.py", log_dir, out, "initialize", nproc=2)
     ranks = [load(Path(f"{out}.rank{k}.json")) for k in (0, 1)]
@@ -91,6 +81,10 @@ def test_torchrun_two_ranks_one_run_per_backend_written_by_rank_0(log_dir, tmp_p
     assert ranks[0]["backends"] == ["tensorboard", "trackio", "wandb"]
     assert ranks[1]["backends"] == []
     check_run(log_dir, out, world_size=2)
+    # initialize: DeepSpeed opened no writer of its own for the sections taken over
+    assert len(event_files(log_dir / "dsrun")) == 1  # ours only
+    wandb_dir = Path(os.environ["WANDB_DIR"])  # where DeepSpeed's own wandb run would go
+    assert not list(wandb_dir.rglob("*.wandb")), "DeepSpeed opened its wandb run"
 
 
 def test_deepspeeds_own_tensorboard_folder_and_ours_hold_the_same_events(log_dir, tmp_path):

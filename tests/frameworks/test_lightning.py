@@ -137,27 +137,3 @@ def test_ddp_under_torchrun_writes_one_run_per_backend_from_rank_0(log_dir, tmp_
         assert readback.runs(backend, readback.RunInfo("lit", "ddp", log_dir=run.log_dir,
                                                        rank=1)) == 0
         readback.assert_rows(backend, run, oracle)
-
-
-def test_ddp_spawn_after_hyperparameters_in_the_main_process_writes_one_run_with_them(
-        log_dir, tmp_path):
-    import pickle
-
-    import lightning as L
-    from lightning_fit import TinyRegressor, data
-
-    logger = MonitorLogger(BACKENDS, project="lit", name="spawn-hp", log_dir=log_dir)
-    logger.log_hyperparams({"batch": 8, "note": "main process"})
-    pickle.dumps(logger)  # was: TypeError: cannot pickle 'mappingproxy' object
-    trainer = L.Trainer(accelerator="cpu", devices=2, strategy="ddp_spawn", max_epochs=1,
-                        logger=logger, log_every_n_steps=1, enable_checkpointing=False,
-                        enable_progress_bar=False, enable_model_summary=False,
-                        default_root_dir=str(tmp_path / "root"))
-    trainer.fit(TinyRegressor(), data(32, 1))
-    assert logger.monitor is None  # the main process started no run
-    run = readback.RunInfo("lit", "spawn-hp", log_dir=log_dir)
-    for backend in BACKENDS:
-        assert readback.runs(backend, run) == 1, backend
-        readback.assert_config(backend, run, {"batch": 8, "note": "main process", "lr": 0.05})
-        steps = [s for t, s, _ in readback.rows(backend, run) if t == "train_loss"]
-        assert steps == [0, 1], backend  # 32 samples / 2 ranks / batches of 8

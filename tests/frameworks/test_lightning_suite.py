@@ -172,8 +172,12 @@ class RankZeroLoggerCheck(Callback):
 
 def test_logger_initialization(log_dir, tmp_path):
     """``test_logger_initialization``: ``ddp_spawn`` on 2 CPU processes; the logger is pickled
-    into them, starts its run lazily there, and only rank 0 writes."""
+    into them, starts its run lazily there, and only rank 0 writes. One line added to
+    Lightning's body: hyperparameters logged in the main process before ``fit`` (which once made
+    the logger unpicklable); they reach the one run, which the main process never starts."""
     logger = make_logger(log_dir, "spawn")
+    logger.log_hyperparams({"batch": 8, "note": "main process"})  # added
+    pickle.dumps(logger)  # was: TypeError: cannot pickle 'mappingproxy' object
     trainer = Trainer(logger=logger, default_root_dir=tmp_path, strategy="ddp_spawn",
                       accelerator="cpu", devices=2, max_steps=1,
                       callbacks=[LazyInitExperimentCheck(), RankZeroLoggerCheck()],
@@ -184,6 +188,7 @@ def test_logger_initialization(log_dir, tmp_path):
     for backend in BACKENDS:
         assert readback.runs(backend, run) == 1, backend
         readback.assert_rows(backend, run, [("x", 0, 1.0)])  # rank 0's only
+        readback.assert_config(backend, run, {"batch": 8, "note": "main process"})
 
 
 def test_logger_with_prefix_all(log_dir):
