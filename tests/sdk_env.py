@@ -21,6 +21,7 @@ OFFLINE_ENV = {
     "WANDB_DISABLE_GIT": "true",
     "WANDB_DISABLE_CODE": "true",
     "WANDB_ANONYMOUS": "never",
+    "WANDB_ERROR_REPORTING": "false",  # wandb-core's crash reports (on by default, even offline)
     "HF_HUB_OFFLINE": "1",
     "HF_DATASETS_OFFLINE": "1",
     "TRANSFORMERS_OFFLINE": "1",

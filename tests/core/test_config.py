@@ -177,6 +177,19 @@ def test_arbitrary_objects_become_their_repr():
     assert flat["raw"] == repr(b"\x00")
 
 
+def test_an_object_with_the_default_repr_is_the_same_value_in_every_call():
+    """The default ``repr`` holds a memory address: a config handed over twice (a framework's
+    next stage) or in the next run would differ for no reason."""
+
+    class Plain:
+        pass
+
+    first = sanitize_config({"obj": Plain()})["obj"]
+    assert first == sanitize_config({"obj": Plain()})["obj"]
+    assert first == f"<{__name__}.{Plain.__qualname__} object>"
+    assert " at 0x" not in first
+
+
 def test_self_referencing_config_does_not_raise():
     """``sanitize_config`` is documented to never raise on odd values; a cycle is one."""
     loop: dict = {"lr": 0.1}

@@ -272,6 +272,23 @@ def test_run_info_is_the_same_for_every_backend(make):
     assert dict(run.config) == {"lr": 0.1}
 
 
+def test_two_default_names_made_in_one_second_are_two_runs(make, monkeypatch):
+    import time
+
+    frozen = time.localtime(1_796_150_000)
+    monkeypatch.setattr(time, "localtime", lambda now=None: frozen)  # both in one second
+    first = make(name=None)
+    second = make(name=None)
+    assert first.run.name != second.run.name
+    assert second.run.name == first.run.name + ".2"
+    first.log({"a": 1.0}, step=0)
+    second.log({"a": 2.0}, step=0)
+    first.close()
+    second.close()
+    assert read_rows(first.run) == [("a", 0, 1.0)]
+    assert read_rows(second.run) == [("a", 0, 2.0)]
+
+
 @pytest.mark.parametrize(
     ("env", "rank", "world_size"),
     [

@@ -69,6 +69,12 @@ def rows(backend: str, run: RunInfo) -> Rows:
     return _plugin(backend).read_rows(run)
 
 
+def texts(backend: str, run: RunInfo) -> list[tuple[str, int, str]]:
+    """``[(tag, step, text)]`` of the ``Text`` media the backend stored (its own reader)."""
+    return sorted((tag, step, value.text) for tag, step, value in
+                  _plugin(backend).read_media(run) if getattr(value, "kind", "") == "text")
+
+
 def config(backend: str, run: RunInfo) -> dict[str, Any]:
     """The config (hyperparameters) the backend stored for the run, with the plugin's own
     additions and key escaping removed; ``{}`` when none."""

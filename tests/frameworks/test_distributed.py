@@ -56,6 +56,14 @@ def test_a_misspelt_option_is_the_same_config_error_on_both_ranks(log_dir, tmp_p
     assert one["error"] == zero["error"]
 
 
+def test_accelerate_a_misspelt_option_is_the_same_config_error_on_both_ranks(log_dir, tmp_path):
+    out = tmp_path / "out"
+    run_script("dist_monitor.py", "accelerate_typo", log_dir, out, nproc=2)
+    zero, one = ranks(out)
+    assert zero["error"][0] == "ConfigError" and "'flush_sec'" in zero["error"][1]
+    assert one["error"] == zero["error"]  # was: rank 0 alone, in init_trackers
+
+
 def test_rank_zero_only_false_writes_one_run_per_rank_in_every_backend(log_dir, tmp_path):
     out = tmp_path / "out"
     run_script("dist_monitor.py", "per_rank", log_dir, out, nproc=2)

@@ -33,14 +33,27 @@ def test_every_backend_holds_exactly_the_steps_and_values_of_metrics_csv(log_dir
     assert len([r for r in oracle if r[0] == "train_loss"]) == 12  # 6 batches x 2 epochs
     assert max(step for _, step, _ in oracle) == trainer.global_step - 1
     monitor = monitor_logger.monitor
-    assert monitor.closed  # finalize() at the end of fit closed the run
+    assert not monitor.closed  # finalize() at the end of fit flushed and kept the run open
+    monitor_logger.close()
     for backend in BACKENDS:
         assert readback.runs(backend, monitor.run) == 1, backend
         readback.assert_rows(backend, monitor.run, oracle)
 
 
+def test_fit_then_test_is_one_run_holding_what_metrics_csv_holds(log_dir):
+    monitor_logger, csv_logger, trainer = fit(log_dir, name="fit-test", test=True)
+    oracle = csv_rows(Path(csv_logger.log_dir) / "metrics.csv")  # CSVLogger: one file
+    assert [step for tag, step, _ in oracle if tag == "test_loss"] == [trainer.global_step]
+    monitor_logger.close()
+    assert monitor_logger.version == "fit-test"
+    for backend in BACKENDS:
+        assert readback.runs(backend, monitor_logger.monitor.run) == 1, backend
+        readback.assert_rows(backend, monitor_logger.monitor.run, oracle)
+
+
 def test_hyperparameters_reach_every_backend(log_dir):
     monitor_logger, csv_logger, _ = fit(log_dir, name="hp")
+    monitor_logger.close()
     expected = {"lr": 0.05, "hidden": 8, "optimizer.name": "sgd", "optimizer.momentum": 0.0}
     assert {k: monitor_logger.monitor.run.config[k] for k in expected} == expected
     hparams = (Path(csv_logger.log_dir) / "hparams.yaml").read_text()
@@ -59,17 +72,54 @@ def test_name_version_and_namespace_hyperparameters(log_dir):
     readback.assert_rows("tensorboard", logger.monitor.run, [("loss", 7, 0.5), ("epoch", 7, 0.0)])
 
 
-def test_logging_after_finalize_starts_a_second_run_with_a_warning(log_dir):
+def test_logging_after_finalize_goes_on_in_the_run_and_after_close_starts_a_second(log_dir):
     logger = MonitorLogger(["tensorboard"], project="lit", name="twice", log_dir=log_dir)
     logger.log_metrics({"loss": 1.0}, step=0)
     logger.finalize("success")
+    readback.assert_rows("tensorboard", logger.monitor.run, [("loss", 0, 1.0)])  # flushed
+    logger.log_metrics({"loss": 0.5}, step=1)  # the next stage: the same run
+    logger.close()
     first = logger.monitor.run
     with pytest.warns(UserWarning, match="new run 'twice-2'"):
         logger.log_metrics({"loss": 2.0}, step=0)
-    logger.finalize("success")
+    logger.close()
     assert logger.version == "twice-2"
-    readback.assert_rows("tensorboard", first, [("loss", 0, 1.0)])
+    readback.assert_rows("tensorboard", first, [("loss", 0, 1.0), ("loss", 1, 0.5)])
     readback.assert_rows("tensorboard", logger.monitor.run, [("loss", 0, 2.0)])
+
+
+def test_two_loggers_with_default_names_are_two_runs_with_two_checkpoint_folders(
+        log_dir, tmp_path):
+    import lightning as L
+    from lightning_fit import TinyRegressor, data
+
+    loggers = [MonitorLogger(["tensorboard"], project="lit", log_dir=log_dir) for _ in range(2)]
+    assert loggers[0].version != loggers[1].version  # even when made in the same second
+    for logger in loggers:
+        trainer = L.Trainer(accelerator="cpu", max_epochs=1, logger=logger,
+                            log_every_n_steps=1, default_root_dir=str(tmp_path / "root"),
+                            enable_progress_bar=False, enable_model_summary=False)
+        trainer.fit(TinyRegressor(), data(16, 1))
+        logger.close()
+    folders = sorted(p.parent.parent.name for p in (tmp_path / "root").rglob("*.ckpt"))
+    assert folders == sorted(logger.version for logger in loggers)
+    for logger in loggers:
+        assert [t for t, _, _ in readback.rows("tensorboard", logger.monitor.run)
+                if t == "train_loss"] == ["train_loss"] * 2
+
+
+def test_a_second_logger_starting_closes_the_first_waiting_between_stages(log_dir):
+    first = MonitorLogger(["trackio"], project="lit", name="trial-1", log_dir=log_dir / "a")
+    first.log_metrics({"loss": 1.0}, step=0)
+    first.finalize("success")
+    assert not first.monitor.closed
+    # Trackio keeps one folder per process: an open run in another log_dir would refuse it.
+    second = MonitorLogger(["trackio"], project="lit", name="trial-2", log_dir=log_dir / "b")
+    second.log_metrics({"loss": 2.0}, step=0)
+    assert first.monitor.closed and not second.monitor.closed
+    second.close()
+    readback.assert_rows("trackio", first.monitor.run, [("loss", 0, 1.0)])
+    readback.assert_rows("trackio", second.monitor.run, [("loss", 0, 2.0)])
 
 
 def test_ddp_under_torchrun_writes_one_run_per_backend_from_rank_0(log_dir, tmp_path):

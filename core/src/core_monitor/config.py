@@ -37,7 +37,9 @@ def sanitize_config(config: Any) -> Mapping[str, Any]:
     * lists, tuples and sets become lists of JSON-safe values, containers inside them
       serialised as JSON text;
     * a container that contains itself becomes ``"<cycle>"`` where it comes round again;
-    * anything else becomes ``repr(value)`` (or ``<TypeName object>`` if that raises).
+    * anything else becomes ``repr(value)`` (or ``<TypeName object>`` if that raises); the
+      default ``object.__repr__`` becomes ``<module.TypeName object>``, without the memory
+      address, so the same config gives the same value in every run and every call.
 
     Args:
         config: a mapping, a dataclass instance, a namespace, or ``None``.
@@ -122,6 +124,10 @@ def _in_list(item: Any, seen: frozenset[int]) -> Any:
 
 
 def _safe_repr(value: Any, to_text: Any = repr) -> str:
+    cls = type(value)
+    if to_text is repr and cls.__repr__ is object.__repr__:  # "<... object at 0x7f...>"
+        module = "" if cls.__module__ == "builtins" else cls.__module__ + "."
+        return f"<{module}{cls.__qualname__} object>"
     try:
         return str(to_text(value))
     except Exception:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import socket
 import sys
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -50,11 +51,30 @@ class RunInfo:
         return self.name if self.rank == 0 else f"{self.name}-rank{self.rank}"
 
 
+#: Default run names handed out in this process, so that none is handed out twice.
+_issued: set[str] = set()
+_issued_lock = threading.Lock()
+
+
 def default_run_name(now: float | None = None) -> str:
-    """Return a run name such as ``20261130-184200-myhost`` (local time, then host name)."""
+    """Return a run name such as ``20261130-184200-myhost`` (local time, then host name).
+
+    Never the same name twice in one process: a second name in the same second is
+    ``20261130-184200-myhost.2`` (then ``.3``, ...), so two runs made in one second (two
+    ``Monitor`` objects, two Lightning loggers) are two runs with two folders, as Lightning's
+    ``version_0``, ``version_1``. Separate processes (the ranks of one job) are not told apart:
+    each one's first name is the plain one.
+    """
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
     host = socket.gethostname().split(".")[0] or "host"
-    return f"{stamp}-{host}"
+    base = name = f"{stamp}-{host}"
+    with _issued_lock:
+        count = 1
+        while name in _issued:
+            count += 1
+            name = f"{base}.{count}"
+        _issued.add(name)
+    return name
 
 
 def detect_rank() -> tuple[int, int]:

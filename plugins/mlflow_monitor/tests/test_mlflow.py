@@ -740,3 +740,21 @@ def test_the_acceptance_script_in_a_fresh_interpreter(tmp_path, mlflow_server):
     assert [s for t, s, _ in rows if t == "loss"] == steps
     assert [v for t, _, v in rows if t == "loss"] == [1 / (s + 1) for s in steps]
     assert [v for t, _, v in rows if t == "lr"] == [s * 1e-4 for s in steps]
+
+
+def test_a_run_ended_on_a_server_prints_no_url_unless_quiet_is_false(mlflow_server, tmp_path):
+    code = textwrap.dedent(f"""
+        import sys
+        from core_monitor import Monitor
+        options = {{"tracking_uri": {mlflow_server.uri!r}, "quiet": sys.argv[1] == "quiet"}}
+        with Monitor(["mlflow"], project="quiet", name=sys.argv[1], mlflow=options) as m:
+            m.log({{"loss": 0.5}}, step=0)
+    """)
+    printed = {}
+    for mode in ("quiet", "verbose"):
+        done = subprocess.run([sys.executable, "-c", code, mode], capture_output=True,
+                              text=True, timeout=300, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        printed[mode] = done.stdout
+    assert printed["quiet"] == ""
+    assert "View run verbose at: " + mlflow_server.uri in printed["verbose"]  # MLflow's own

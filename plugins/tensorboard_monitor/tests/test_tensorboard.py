@@ -8,6 +8,7 @@ raw events, the HParams plugin's own metadata parser).
 from __future__ import annotations
 
 import math
+import os
 import textwrap
 import time
 from pathlib import Path
@@ -398,3 +399,21 @@ def test_media_events_are_what_tensorboards_dashboards_read(logs):
     text = media[2].summary.value[0]
     assert text.metadata.plugin_data.plugin_name == "text"
     assert text.tensor.string_val == [b"**b**"]
+
+
+def test_run_dir_writes_the_event_files_exactly_there(tmp_path):
+    folder = tmp_path / "output" / "job"
+    with Monitor(["tensorboard"], project="p", name="r", log_dir=tmp_path / "logs",
+                 tensorboard={"run_dir": str(folder)}) as monitor:
+        monitor.log({"loss": 0.5}, step=3)
+    assert len(list(folder.glob("events.out.tfevents.*"))) == 1
+    assert not (tmp_path / "logs").exists()
+    assert read_rows(monitor.run, run_dir=folder) == [("loss", 3, 0.5)]
+    with pytest.raises(ConfigError, match="run_dir"):
+        Monitor(["tensorboard"], project="p", tensorboard={"run_dir": ""})
+
+
+def test_from_deepspeed_puts_events_where_deepspeeds_own_writer_does():
+    assert TensorBoardMonitor.from_deepspeed({"output_path": "o", "job_name": "j"}) == {
+        "run_dir": os.path.join("o", "j"), "name": "j"}
+    assert TensorBoardMonitor.from_deepspeed({}) == {"run_dir": "DeepSpeedJobName"}

@@ -8,6 +8,9 @@ Every rank writes ``<out>.rank<k>.json``: the scenario's result, the run it logg
 * ``plain``: no process group; ``Monitor`` on every installed backend, log, close (rank 0
   writes; rank 1 must import no SDK).
 * ``typo``: a misspelt option (``tensorboard={"flush_sec": 1}``) -> the error raised.
+* ``accelerate_typo``: the same option given to accelerate's ``MonitorTracker``, then
+  ``Accelerator(log_with=...)`` and ``init_trackers`` -> the error each rank raised (accelerate
+  calls ``init_trackers`` on the main process only).
 * ``per_rank``: ``rank_zero_only=False``, each rank logs ``rank + step`` at steps 0..2.
 * ``reduce``: process group; rank 0 logs 1.0, rank 1 logs 3.0 at step 5 with ``mean`` (tag
   ``m``) and ``max`` (tag ``x``), then once more with the same tags (the one-collective path).
@@ -45,6 +48,17 @@ def main() -> None:
         try:
             Monitor(BACKENDS, project="dist", name="typo", log_dir=log_dir,
                     tensorboard={"flush_sec": 1})
+        except Exception as error:  # what each rank raised, compared by the test
+            result["error"] = [type(error).__name__, str(error)]
+        monitor = None
+    elif scenario == "accelerate_typo":
+        try:
+            from accelerate import Accelerator
+
+            from core_monitor.integrations.accelerate import MonitorTracker
+
+            tracker = MonitorTracker(BACKENDS, log_dir=log_dir, tensorboard={"flush_sec": 1})
+            Accelerator(log_with=tracker, cpu=True).init_trackers("dist")
         except Exception as error:  # what each rank raised, compared by the test
             result["error"] = [type(error).__name__, str(error)]
         monitor = None

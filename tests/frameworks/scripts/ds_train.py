@@ -1,12 +1,19 @@
-"""``deepspeed.initialize`` on a tiny model on CPU, then ``attach(engine)``; 4 optimizer steps.
+"""A tiny model trained with DeepSpeed on CPU for 4 optimizer steps, in one of three modes.
 
-    torchrun --nproc_per_node N ds_train.py <log_dir> <out.json>
+    torchrun --nproc_per_node N ds_train.py <log_dir> <out.json> <mode>
 
-The DeepSpeed config enables ``trackio`` (DeepSpeed's section convention applied to this
-project's backend), DeepSpeed's standard ``tensorboard`` and ``wandb`` sections, and
-``csv_monitor`` (left to DeepSpeed: its CSV files are a second oracle of the events). Rank 0
-writes ``out.json``: what the engine reported after each step (``global_samples``, lr, loss);
-every rank writes ``<out>.rank<k>.json`` (its ``sys.modules``, backends, rank).
+Modes: ``attach`` (``deepspeed.initialize``, then ``attach(engine)``), ``initialize`` (this
+project's drop-in ``initialize``), ``deepspeed`` (``deepspeed.initialize`` alone: DeepSpeed's own
+TensorBoard writer, the oracle; no backend of this project).
+
+The DeepSpeed config enables DeepSpeed's standard ``tensorboard`` section (events in
+``<log_dir>/dsrun``, DeepSpeed's ``<output_path>/<job_name>``) and, except in ``deepspeed``
+mode, its ``wandb`` section (``"enabled": 1``, which DeepSpeed accepts), a ``trackio`` section
+(``"enabled": "true"``; DeepSpeed's convention applied to this project's backend) holding the
+``log_dir`` of the other backends, an ``experiment_monitors`` section holding a TensorBoard
+option DeepSpeed would refuse in its own section, and ``csv_monitor`` (left to DeepSpeed: its
+CSV files are a second oracle). Rank 0 writes ``out.json`` (what the engine reported after each
+step: ``global_samples``, lr, loss); every rank writes ``<out>.rank<k>.json``.
 """
 
 from __future__ import annotations
@@ -18,11 +25,9 @@ from pathlib import Path
 import deepspeed
 import torch
 
-from core_monitor.integrations.deepspeed import attach
-
 
 def main() -> None:
-    log_dir, out = Path(sys.argv[1]), Path(sys.argv[2])
+    log_dir, out, mode = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
     config = {
@@ -32,38 +37,55 @@ def main() -> None:
         "scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": 0.0,
                                                      "warmup_max_lr": 0.05,
                                                      "warmup_num_steps": 4}},
-        "trackio": {"enabled": True, "project": "ds"},
         "tensorboard": {"enabled": True, "output_path": str(log_dir), "job_name": "dsrun"},
-        "wandb": {"enabled": True, "project": "ds"},
         "csv_monitor": {"enabled": True, "output_path": str(log_dir / "csv"),
                         "job_name": "dsrun"},
     }
-    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(),
-                                           config=config)
-    ds_monitor = attach(engine)
+    if mode != "deepspeed":
+        config.update({
+            "trackio": {"enabled": "true", "project": "ds", "log_dir": str(log_dir)},
+            "wandb": {"enabled": 1, "project": "ds"},
+            "experiment_monitors": {"tensorboard": {"flush_secs": 5}},
+        })
+    if mode == "initialize":
+        from core_monitor.integrations.deepspeed import initialize
+
+        engine, _, _, _ = initialize(model=model, model_parameters=model.parameters(),
+                                     config=config)
+    else:
+        engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(),
+                                               config=config)
+    if mode == "attach":
+        from core_monitor.integrations.deepspeed import attach
+
+        attach(engine)
+    ds_monitor = engine.monitor if mode != "deepspeed" else None
     steps = []
+    torch.manual_seed(1)
     for _ in range(4):
         x = torch.randn(2, 4)
         loss = torch.nn.functional.mse_loss(engine(x), x.sum(dim=1, keepdim=True))
         engine.backward(loss)
         engine.step()
         lr = engine.get_lr()[0]
-        ds_monitor.monitor.log({"train/loss": loss.item()}, step=engine.global_samples)
+        if ds_monitor is not None:
+            ds_monitor.monitor.log({"train/loss": loss.item()}, step=engine.global_samples)
         steps.append({"global_samples": engine.global_samples, "lr": lr, "loss": loss.item()})
-    ds_monitor.close()
     rank = engine.global_rank
-    monitor = ds_monitor.monitor
-    if rank == 0:
+    result: dict = {"steps": steps, "rank": rank}
+    if ds_monitor is not None:
+        ds_monitor.close()
+        monitor = ds_monitor.monitor
         run = monitor.run
-        out.write_text(json.dumps({
+        result.update({
             "run": {"project": run.project, "name": run.name, "log_dir": str(run.log_dir)},
-            "steps": steps, "enabled": ds_monitor.enabled,
-        }))
-    Path(f"{out}.rank{rank}.json").write_text(json.dumps({
-        "modules": sorted(sys.modules), "backends": monitor.backends, "rank": monitor.run.rank,
-        "world_size": monitor.run.world_size, "enabled": ds_monitor.enabled,
-        "steps": steps,
-    }))
+            "enabled": ds_monitor.enabled, "backends": monitor.backends,
+            "world_size": run.world_size,
+        })
+    if rank == 0:
+        out.write_text(json.dumps(result))
+    result["modules"] = sorted(sys.modules)
+    Path(f"{out}.rank{rank}.json").write_text(json.dumps(result))
 
 
 if __name__ == "__main__":

@@ -41,6 +41,10 @@ class TinyRegressor(L.LightningModule):
         x, y = batch
         self.log("val_loss", torch.nn.functional.mse_loss(self.net(x), y), sync_dist=True)
 
+    def test_step(self, batch, batch_idx):
+        x, y = batch
+        self.log("test_loss", torch.nn.functional.mse_loss(self.net(x), y), sync_dist=True)
+
     def configure_optimizers(self):
         return torch.optim.SGD(self.parameters(), lr=self.hparams.lr)
 
@@ -52,9 +56,10 @@ def data(n: int, seed: int) -> DataLoader:
     return DataLoader(TensorDataset(x, y), batch_size=8)
 
 
-def fit(log_dir: Path, *, devices: int = 1, name: str = "fit",
-        backends: list[str] | None = None) -> tuple[MonitorLogger, CSVLogger, L.Trainer]:
-    """Fit for 2 epochs (6 train batches, 2 val batches per epoch on one device)."""
+def fit(log_dir: Path, *, devices: int = 1, name: str = "fit", backends: list[str] | None = None,
+        test: bool = False) -> tuple[MonitorLogger, CSVLogger, L.Trainer]:
+    """Fit for 2 epochs (6 train batches, 2 val batches per epoch on one device); with
+    ``test``, then ``trainer.test`` on 2 batches."""
     torch.manual_seed(0)
     monitor_logger = MonitorLogger(backends or BACKENDS, project="lit", name=name,
                                    log_dir=log_dir)
@@ -67,6 +72,8 @@ def fit(log_dir: Path, *, devices: int = 1, name: str = "fit",
     )
     model = TinyRegressor(lr=0.05, hidden=8, optimizer={"name": "sgd", "momentum": 0.0})
     trainer.fit(model, data(48, 1), data(16, 2))
+    if test:
+        trainer.test(model, data(16, 3))
     return monitor_logger, csv_logger, trainer
 
 

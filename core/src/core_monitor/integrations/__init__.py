@@ -3,8 +3,9 @@
 =======================================  ======================================================
 module                                   what it gives
 =======================================  ======================================================
-``core_monitor.integrations.deepspeed``  ``attach(engine)``: the engine's monitor logs through
-                                         ``Monitor``; ``monitor_from_ds_config(config)``
+``core_monitor.integrations.deepspeed``  ``initialize(...)``, a drop-in for
+                                         ``deepspeed.initialize``; ``attach(engine)``;
+                                         ``monitor_from_ds_config(config)``
 ``core_monitor.integrations.accelerate`` ``MonitorTracker``, a ``GeneralTracker``; ``register()``
 ``core_monitor.integrations.lightning``  ``MonitorLogger``, a Lightning ``Logger``
 ``core_monitor.integrations.transformers`` ``MonitorCallback``, a ``TrainerCallback``

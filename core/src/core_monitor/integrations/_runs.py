@@ -1,40 +1,70 @@
-"""One ``Monitor`` per framework run, started lazily; a run after a closed one is named apart."""
+"""One run per framework logger: started at first use, kept open from one stage to the next.
+
+A framework runs several stages with one logger (Lightning's ``fit`` then ``test``, the
+Trainer's ``train()`` then ``evaluate()``), and its built-in loggers write them all into one
+run. So the end of a stage only flushes (``LazyRun.pause``: everything logged is readable); the
+run stays open for the next stage and is closed by ``close()``, at interpreter exit, or when
+another integration object in this process starts a run while this one waits between stages
+(as ``wandb.init()`` finishes the previous run), so a sweep loop keeps at most one finished
+trial's run open.
+"""
 
 from __future__ import annotations
 
+import multiprocessing
+import os
+import uuid
 import warnings
-from collections.abc import Sequence
+import weakref
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..config import sanitize_config
 from ..monitor import Monitor
 from ..run import default_run_name
 
+#: Every ``LazyRun`` of this process by token: a copy made by pickling in this process (the
+#: Trainer pickled with its logger) shares the original's run instead of starting another.
+_live: weakref.WeakValueDictionary[str, LazyRun] = weakref.WeakValueDictionary()
+#: Runs whose stage ended (``pause``): closed when another ``LazyRun`` starts a run.
+_waiting: weakref.WeakSet[LazyRun] = weakref.WeakSet()
+
 
 class LazyRun:
-    """Creates the ``Monitor`` at first use; after ``close()``, the next use starts a NEW run.
+    """The ``Monitor`` of one framework logger, created at first use (see the module docstring).
 
-    A framework may run several times with one logger (Lightning's ``fit`` then ``test``, a
-    second ``Trainer.train()``); backends cannot reopen a finished run. The second run is
-    named ``<name>-2`` (then ``-3``, ...) and a ``UserWarning`` says so, so it is never a
-    silent second run under the same name.
+    Hyperparameters given before the run starts (``log_config``) are kept and become the
+    ``config`` the run starts with, so a logger that only received hyperparameters in the main
+    process (Lightning's ``ddp_spawn`` pickles it into the worker processes) has started no run
+    there. After ``close()`` the next use starts a NEW run ``<name>-2`` (then ``-3``, ...),
+    with the same config and a ``UserWarning`` (a finished run cannot be reopened).
+
+    Pickling keeps the names, options and config, never the ``Monitor``: unpickled in the same
+    process it is the same object (one run); in another process (a spawned worker) it starts
+    the run of the same name there at first use.
 
     Args:
-        backends: as ``Monitor``'s ``backends``.
+        backends: as ``Monitor``'s ``backends`` (``None``: ``EXPERIMENT_MONITORS``).
         project: the project.
         name: the run name; ``None``: made up once, here (``core_monitor.run.default_run_name``).
-        source: the integration's name, for the warning.
+        source: the integration's name, for warnings.
         **monitor_kwargs: other ``Monitor`` keyword arguments.
     """
 
-    def __init__(self, backends: Sequence[str | type] | str, *, project: str, name: str | None,
-                 source: str, **monitor_kwargs: Any) -> None:
+    def __init__(self, backends: Sequence[str | type] | str | None, *, project: str,
+                 name: str | None, source: str, **monitor_kwargs: Any) -> None:
         self.backends = backends
         self.project = project
         self.base_name = name or default_run_name()
         self.source = source
         self.monitor_kwargs = monitor_kwargs
         self.count = 0
+        #: Hyperparameters given so far (sanitised), the config of any run started later.
+        self.config: dict[str, Any] = dict(sanitize_config(monitor_kwargs.pop("config", None)))
         self._monitor: Monitor | None = None
+        self._same_name = False  # restored in another process: its first run keeps the name
+        self._token = uuid.uuid4().hex
+        _live[self._token] = self
 
     @property
     def name(self) -> str:
@@ -54,20 +84,78 @@ class LazyRun:
 
     def monitor(self) -> Monitor:
         """The open ``Monitor``, created now if there is none (see the class docstring)."""
+        _waiting.discard(self)
         if self._monitor is not None and not self._monitor.closed:
             return self._monitor
-        self.count += 1
-        if self.count > 1:
+        if self._same_name:
+            self._same_name = False
+        else:
+            self.count += 1
+        if self.count > 1 and self._monitor is not None:
             warnings.warn(
-                f"{self.source}: run {self.base_name!r} was closed; logging again starts a new "
-                f"run {self.name!r} in project {self.project!r} (backends cannot reopen a "
-                "finished run)", UserWarning, stacklevel=3,
+                f"{self.source}: run {self._monitor.run.name!r} was closed; logging again "
+                f"starts a new run {self.name!r} in project {self.project!r} (backends cannot "
+                "reopen a finished run)", UserWarning, stacklevel=3,
             )
+        for other in list(_waiting):
+            other.close()
         self._monitor = Monitor(self.backends, project=self.project, name=self.name,
-                                **self.monitor_kwargs)
+                                config=self.config, **self.monitor_kwargs)
         return self._monitor
+
+    def log_config(self, config: Any) -> None:
+        """Add hyperparameters: to the open run, else kept for the run that starts next.
+
+        Only keys that are new or changed reach the open run: a framework hands the same
+        hyperparameters over again at every stage (Lightning's ``test`` after ``fit``), and a
+        tracker that keeps the first config of a run (TensorBoard's HParams) would warn."""
+        changed = {k: v for k, v in sanitize_config(config).items()
+                   if k not in self.config or self.config[k] != v}
+        self.config.update(changed)
+        monitor = self.started
+        if monitor is not None and changed:
+            monitor.log_config(changed)
+
+    def pause(self) -> None:
+        """A stage ended: make what was logged readable (``Monitor.flush``) and keep the run
+        open for the next stage. Hyperparameters given to a run never started start it now,
+        so they are stored.
+
+        In a ``multiprocessing`` child (Lightning's ``ddp_spawn`` workers, one set per stage)
+        the run is closed instead: such a child exits without running ``atexit`` handlers, so
+        nothing else would close it."""
+        if self._monitor is None and self.config:
+            self.monitor()
+        if multiprocessing.parent_process() is not None:
+            self.close()
+            return
+        monitor = self.started
+        if monitor is not None:
+            monitor.flush()
+            _waiting.add(self)
 
     def close(self) -> None:
         """Close the open run, if any."""
+        _waiting.discard(self)
         if self._monitor is not None:
             self._monitor.close()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        state = {k: v for k, v in self.__dict__.items() if k not in ("_monitor", "_same_name")}
+        state["_started"] = self._monitor is not None
+        return _restore, (self._token, os.getpid(), state)
+
+
+def _restore(token: str, pid: int, state: Mapping[str, Any]) -> LazyRun:
+    """Unpickle a ``LazyRun``: the live one in the process that pickled it, else a copy whose
+    first run keeps the name of the run that was open (see ``LazyRun``)."""
+    if pid == os.getpid() and token in _live:
+        return _live[token]
+    run = LazyRun.__new__(LazyRun)
+    state = dict(state)
+    started = state.pop("_started")
+    run.__dict__.update(state)
+    run._monitor = None
+    run._same_name = started and run.count >= 1
+    _live[token] = run
+    return run

@@ -2,123 +2,64 @@
 
 ::
 
-    engine, optimizer, _, _ = deepspeed.initialize(model=model, config=ds_config, ...)
-    monitor = attach(engine)              # engine.monitor now logs through core_monitor
-    monitor.monitor.log({"train/loss": loss.item()}, step=engine.global_samples)
+    from core_monitor.integrations.deepspeed import initialize
+    engine, optimizer, _, _ = initialize(model=model, config=ds_config, ...)  # was deepspeed.
+    engine.monitor.monitor.log({"train/loss": loss.item()}, step=engine.global_samples)
 
-Backends come from the DeepSpeed config (``engine.config``, which keeps unknown top-level
-sections), in DeepSpeed's own monitor convention (``deepspeed.monitor.config``): a top-level
-section named after an installed backend with ``"enabled": true``::
+``initialize`` is ``deepspeed.initialize`` with the monitor sections this project takes over
+switched off in the config DeepSpeed sees (so DeepSpeed opens none of its own writers for
+them), then ``attach``. ``attach(engine)`` after ``deepspeed.initialize`` does the same for an
+engine already made, closing the writers DeepSpeed opened.
 
-    {"trackio": {"enabled": true, "project": "llm"},
-     "tensorboard": {"enabled": true, "output_path": "runs", "job_name": "baseline"},
-     "wandb": {"enabled": true, "project": "llm", "group": "g", "team": "my-team"}}
+Backends come from the DeepSpeed config, in DeepSpeed's own monitor convention
+(``deepspeed.monitor.config``): a top-level section named after an installed backend, enabled
+(``"enabled"`` read as DeepSpeed reads it: ``true``, ``1``, ``"true"``, ...)::
 
-or an ``"experiment_monitors"`` section in ``Monitor.from_config`` layout (``backends``,
-``project``, ``name``, ``log_dir``, one section per backend). In a backend's section, the keys
-``project``, ``name``, ``log_dir`` go to ``Monitor`` and the others are that backend's options;
-DeepSpeed's own keys are mapped: ``output_path`` -> ``log_dir``, ``job_name`` -> ``name``
-(``tensorboard``), ``team`` -> the wandb option ``entity`` (``wandb``). Without any project the
-project is ``"deepspeed"`` (DeepSpeed's wandb default). ``csv_monitor`` and ``comet`` have no
-backend here and keep going to DeepSpeed's own writers.
+    {"tensorboard": {"enabled": true, "output_path": "runs", "job_name": "baseline"},
+     "wandb": {"enabled": true, "project": "llm", "group": "g", "team": "my-team"},
+     "trackio": {"enabled": true, "project": "llm", "log_dir": "runs"}}
+
+DeepSpeed's own sections mean what they mean to DeepSpeed: TensorBoard's event files go to
+``<output_path>/<job_name>`` (default ``./DeepSpeedJobName``, where ``tensorboard --logdir``
+already points), wandb's ``team`` is the wandb entity. Each backend declares how it reads
+DeepSpeed's keys (its class's ``from_deepspeed``), so a third-party backend can do the same.
+DeepSpeed refuses keys of its own ``tensorboard``/``wandb`` sections that it does not know
+(``Extra inputs are not permitted``): give those backends' other options, and any other
+``Monitor`` setting, in an ``"experiment_monitors"`` section in ``Monitor.from_config`` layout
+(``backends``, ``project``, ``name``, ``log_dir``, ``config``, one section per backend), which
+DeepSpeed leaves alone. In a section named after a backend of this project that DeepSpeed does
+not know (``trackio``), any key is allowed: ``project``, ``name``, ``log_dir`` go to
+``Monitor``, the others are the backend's options. Without any project the project is
+``"deepspeed"`` (DeepSpeed's wandb default). ``csv_monitor`` and ``comet`` have no backend
+here and keep going to DeepSpeed's own writers.
 
 Importing this module imports ``deepspeed``.
 """
 
 from __future__ import annotations
 
-import json
+import copy
 import os
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 from typing import Any
 
-import deepspeed  # noqa: F401  (the integration's framework: imported with this module)
+import deepspeed
 from deepspeed.monitor.monitor import Monitor as _DeepSpeedMonitorBase
 
 from ..errors import ConfigError
 from ..monitor import Monitor
-from ..settings import MONITOR_KEYWORDS, backend_sections, load_monitor_config
+from ..settings import MONITOR_KEYWORDS
+from ._deepspeed_config import (
+    DEEPSPEED_ONLY,
+    SECTION,
+    as_mapping,
+    monitor_arguments,
+    taken_over,
+    without_taken_over,
+)
 
-__all__ = ["SECTION", "DeepSpeedMonitor", "attach", "monitor_from_ds_config"]
-
-#: The DeepSpeed config section in ``Monitor.from_config`` layout.
-SECTION = "experiment_monitors"
-#: DeepSpeed's own monitor sections this project has no backend for: left to DeepSpeed.
-DEEPSPEED_ONLY = ("csv_monitor", "comet")
-#: Keys of a backend section that are ``Monitor`` keywords, not backend options.
-_MONITOR_LEVEL = ("project", "name", "log_dir")
-#: DeepSpeed's names for ``Monitor`` keywords and backend options, per section.
-_RENAMES = {
-    "tensorboard": {"output_path": "log_dir", "job_name": "name"},
-    "wandb": {"team": "entity"},
-}
-_DEFAULT_PROJECT = "deepspeed"
-
-
-def _enabled_sections(config: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """The sections of installed backends with ``"enabled": true``, their options (the same
-    reading as ``Monitor.from_config``'s sections)."""
-    sections = backend_sections(config, origin="DeepSpeed config")
-    return {name: sections.options[name] for name in sections.enabled}
-
-
-def monitor_arguments(config: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The ``Monitor`` keyword arguments (with ``backends``) a DeepSpeed config asks for.
-
-    Returns ``None`` when no section enables an installed backend (nothing to take over).
-    Reads only metadata: no plugin is imported.
-
-    Raises:
-        ConfigError: two sections give different ``project``/``name``/``log_dir``; a backend
-            is configured both ways; the ``experiment_monitors`` section is malformed.
-    """
-    if not isinstance(config, Mapping):
-        raise ConfigError(f"a DeepSpeed config is a mapping, not {type(config).__name__}")
-    kwargs: dict[str, Any] = {}
-    origin: dict[str, str] = {}
-    backends: list[str] = []
-
-    def put(key: str, value: Any, where: str) -> None:
-        if key in kwargs and kwargs[key] != value:
-            raise ConfigError(
-                f"DeepSpeed config: {where} sets {key}={value!r} but {origin[key]} sets "
-                f"{key}={kwargs[key]!r}; one run has one {key}: make them equal or drop one"
-            )
-        kwargs[key], origin[key] = value, where
-
-    if SECTION in config:
-        section = load_monitor_config(config[SECTION]) if isinstance(
-            config[SECTION], Mapping) else None
-        if section is None:
-            raise ConfigError(f"DeepSpeed config: {SECTION!r} must be a mapping in "
-                              "Monitor.from_config layout, e.g. {'backends': ['trackio'], "
-                              "'project': 'llm'}")
-        for key, value in section.items():
-            if key == "backends":
-                backends.extend(value)
-            else:
-                put(key, value, f"section {SECTION!r}")
-    for name, section in _enabled_sections(config).items():
-        if name in backends:
-            raise ConfigError(
-                f"DeepSpeed config: backend {name!r} is enabled by its own section and listed "
-                f"in {SECTION!r}; configure it in one place"
-            )
-        backends.append(name)
-        options = {}
-        for key, value in section.items():
-            key = _RENAMES.get(name, {}).get(key, key)
-            if key in _MONITOR_LEVEL:
-                put(key, value, f"section {name!r}")
-            else:
-                options[key] = value
-        if options:
-            put(name, options, f"section {name!r}")
-    if not backends:
-        return None
-    kwargs.setdefault("project", _DEFAULT_PROJECT)
-    return {"backends": backends, **kwargs}
+__all__ = ["SECTION", "DeepSpeedMonitor", "attach", "initialize", "monitor_arguments",
+           "monitor_from_ds_config"]
 
 
 def monitor_from_ds_config(config: Mapping[str, Any] | str | os.PathLike[str],
@@ -135,7 +76,7 @@ def monitor_from_ds_config(config: Mapping[str, Any] | str | os.PathLike[str],
     Raises:
         ConfigError: as ``monitor_arguments`` and ``Monitor`` raise it.
     """
-    arguments = monitor_arguments(_as_mapping(config))
+    arguments = monitor_arguments(as_mapping(config))
     if arguments is None:
         return None
     arguments.update(overrides)
@@ -189,8 +130,8 @@ def attach(engine: Any, config: Mapping[str, Any] | str | os.PathLike[str] | Non
     TensorBoard/wandb writers in ``initialize`` for the ``tensorboard``/``wandb`` sections; for
     a section taken over here, that writer is closed before it logs anything (DeepSpeed's
     TensorBoard writer leaves one event file without scalars in ``<output_path>/<job_name>``;
-    its wandb run is finished empty). To avoid them, configure those backends in the
-    ``experiment_monitors`` section instead.
+    its wandb run, online, an empty run in your project). ``initialize`` instead keeps
+    DeepSpeed from opening them.
 
     Args:
         engine: the ``DeepSpeedEngine`` from ``deepspeed.initialize``.
@@ -209,13 +150,11 @@ def attach(engine: Any, config: Mapping[str, Any] | str | os.PathLike[str] | Non
         if config is None:
             raise ConfigError("attach(engine): the engine has no config; pass "
                               "attach(engine, config=<the DeepSpeed config dict or path>)")
-    config = _as_mapping(config)
+    config = as_mapping(config)
     arguments = monitor_arguments(config)  # checked before DeepSpeed's writers are touched
-    taken = set(arguments["backends"] if arguments else ()) | (
-        set(_RENAMES) & set(_enabled_sections(config)))
     # DeepSpeed's own writers go first, so that e.g. its wandb run is finished before the
     # wandb backend starts the run of this project.
-    _close_taken_over(getattr(engine, "monitor", None), taken)
+    _close_taken_over(getattr(engine, "monitor", None), taken_over(arguments))
     monitor = monitor_from_ds_config(config, **overrides)
     # csv_monitor/comet stay with the engine's own MonitorMaster, minus the writers taken over.
     own = getattr(engine, "monitor", None)
@@ -225,6 +164,48 @@ def attach(engine: Any, config: Mapping[str, Any] | str | os.PathLike[str] | Non
     wrapper = DeepSpeedMonitor(monitor, deepspeed_monitor)
     engine.monitor = wrapper
     return wrapper
+
+
+def initialize(*args: Any, **kwargs: Any) -> tuple[Any, Any, Any, Any]:
+    """``deepspeed.initialize`` whose engine logs through ``core_monitor``: a drop-in.
+
+    Takes exactly ``deepspeed.initialize``'s arguments. The DeepSpeed config (``config=``,
+    ``config_params=`` or ``args.deepspeed_config``, a mapping or a JSON path) is handed to
+    DeepSpeed with the ``tensorboard``/``wandb`` sections this project takes over switched off
+    (``"enabled": false``), so DeepSpeed opens no writer for them (no empty event file, no
+    empty wandb run); then ``attach(engine, config=<the config as given>)`` sets
+    ``engine.monitor`` (a ``DeepSpeedMonitor``: ``engine.monitor.monitor`` is the
+    ``Monitor``). Call it on every rank, as ``deepspeed.initialize``.
+
+    Returns:
+        ``(engine, optimizer, training_dataloader, lr_scheduler)``, as ``deepspeed.initialize``.
+
+    Raises:
+        ConfigError: as ``attach``, before DeepSpeed starts; DeepSpeed's own errors as it raises
+            them (e.g. no config at all).
+    """
+    kwargs = dict(kwargs)
+    ds_args = args[0] if args else kwargs.get("args")
+    if kwargs.get("config") is not None:
+        source = kwargs["config"]
+    elif kwargs.get("config_params") is not None:
+        source = kwargs.pop("config_params")
+    elif getattr(ds_args, "deepspeed_config", None) is not None:
+        source = ds_args.deepspeed_config
+        ds_args = copy.copy(ds_args)
+        ds_args.deepspeed_config = None  # DeepSpeed takes config= instead, never both
+        if args:
+            args = (ds_args, *args[1:])
+        else:
+            kwargs["args"] = ds_args
+    else:  # no config: DeepSpeed raises its own error
+        return deepspeed.initialize(*args, **kwargs)
+    config = as_mapping(source)
+    arguments = monitor_arguments(config)  # a ConfigError here, before DeepSpeed starts
+    kwargs["config"] = without_taken_over(config, taken_over(arguments))
+    engine, optimizer, dataloader, scheduler = deepspeed.initialize(*args, **kwargs)
+    attach(engine, config=config)
+    return engine, optimizer, dataloader, scheduler
 
 
 def _close_taken_over(own: Any, taken: set[str]) -> None:
@@ -242,17 +223,3 @@ def _close_taken_over(own: Any, taken: set[str]) -> None:
         if wandb.run is not None:
             wandb.run.finish()
         own.wandb_monitor = None
-
-
-def _as_mapping(config: Mapping[str, Any] | str | os.PathLike[str]) -> Mapping[str, Any]:
-    if isinstance(config, Mapping):
-        return config
-    if isinstance(config, (str, os.PathLike)) and Path(config).is_file():
-        text = Path(config).read_text(encoding="utf-8")
-        try:
-            import hjson  # DeepSpeed's own config reader (a DeepSpeed dependency)
-
-            return dict(hjson.loads(text))
-        except ImportError:
-            return json.loads(text)
-    raise ConfigError(f"a DeepSpeed config is a mapping or a JSON file path, not {config!r:.80}")

@@ -10,9 +10,9 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from core_monitor import Event, RunInfo, hookimpl
+from core_monitor import ConfigError, Event, RunInfo, hookimpl
 
-from . import _compat
+from . import _compat, output
 from .buffer import RowBuffer
 from .delivery import MlflowDeliveryError
 from .media import MEDIA_KINDS, MediaWriter
@@ -74,6 +74,9 @@ class MlflowMonitor(RowBuffer):
             server's limit).
         flush_secs: send the buffer at the next ``log`` once its oldest row is older than this
             many seconds (>= 0; 0 sends at every ``log``).
+        quiet: ``True`` (default) keeps MLflow's own lines off the terminal (the "creating
+            database tables" log lines of a new local store, the run's URL printed when it
+            ends on a server: ``mlflow_monitor.output``); ``False`` shows them.
 
     Raises:
         ConfigError: an option has a wrong type or value.
@@ -109,9 +112,13 @@ class MlflowMonitor(RowBuffer):
         max_retries: int = 2,
         batch_size: int = MAX_BATCH,
         flush_secs: float = 5.0,
+        quiet: bool = True,
     ) -> None:
         check_options(tracking_uri, experiment, tags, run_id, request_timeout, max_retries,
                       batch_size, flush_secs)
+        if not isinstance(quiet, bool):
+            raise ConfigError(f"mlflow: option quiet={quiet!r} must be True or False")
+        self.quiet = quiet
         mlflow = _compat.check()
         from mlflow.entities import Metric, Param, RunTag
 
@@ -139,10 +146,11 @@ class MlflowMonitor(RowBuffer):
         if tracking_uri is None and not mlflow.is_tracking_uri_set() and run.log_dir is not None:
             (run.log_dir / "mlflow").mkdir(parents=True, exist_ok=True)
             tracking_uri = local_store_uri(run.log_dir)
-        self._client = mlflow.MlflowClient(tracking_uri=tracking_uri)
+        with output.hidden(quiet):  # a new local store logs its table creation
+            self._client = mlflow.MlflowClient(tracking_uri=tracking_uri)
         #: The tracking URI in use (MLflow's resolution when none was given).
         self.tracking_uri = self._client.tracking_uri
-        with self._limits():
+        with self._limits(), output.hidden(quiet):
             try:
                 self.run_id, self.experiment_id = self._start_run(
                     experiment or run.project, dict(tags or {}), run_id,

@@ -13,7 +13,7 @@ from typing import Any
 
 from core_monitor import BackendWarning, RunInfo
 
-from . import _compat
+from . import _compat, output
 from .storage import (
     CONFIG_TAG_PREFIX,
     MAX_KEY_LENGTH,
@@ -51,6 +51,7 @@ class Delivery:
     undelivered: int
     undelivered_config: int
     undelivered_media: int
+    quiet: bool
     _client: Any
     _buffer: list[Any]
     _params: dict[str, str]
@@ -183,7 +184,7 @@ class Delivery:
         fails now)."""
         if self._error is None:
             try:
-                with self._limits():
+                with self._limits(), output.hidden(self.quiet):
                     self._client.set_terminated(self.run_id, status="FINISHED")
             except Exception as error:
                 self._fail(error, "end the run")

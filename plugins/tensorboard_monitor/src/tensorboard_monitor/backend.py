@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import time
 import warnings
 from collections.abc import Mapping, Sequence
@@ -13,7 +14,8 @@ from core_monitor.events import rows_by_step
 from core_monitor.media import MEDIA_KINDS, MediaItem
 
 from . import _compat, media
-from .storage import hparam_value, run_dir
+from .storage import event_folder, hparam_value
+from .storage import run_dir as _run_dir
 
 
 class TensorBoardMonitor:
@@ -48,6 +50,14 @@ class TensorBoardMonitor:
         filename_suffix: text appended to the event file name (no path separators).
         hparams: write the config as HParams data so it shows in TensorBoard's HParams tab;
             ``False`` writes scalars only.
+        run_dir: the folder the event files go to, exactly (``str`` or path, relative to the
+            current directory), instead of ``<log_dir>/<project>/<name>``: PyTorch
+            ``SummaryWriter(log_dir=...)``'s meaning, and where DeepSpeed's own writer puts a
+            run (``<output_path>/<job_name>``, see ``from_deepspeed``). A rank above 0
+            (``rank_zero_only=False``) adds ``rank<rank>``. Read it back with
+            ``read_rows(run, run_dir=...)``.
+        quiet: accepted as by every first-party backend (``False`` shows the SDK's own
+            output); TensorBoard's writer prints nothing either way.
 
     Raises:
         ConfigError: an option has a wrong type or value, or the project / run name cannot
@@ -71,6 +81,24 @@ class TensorBoardMonitor:
     tested_sdk = _compat.TESTED
 
     @classmethod
+    def from_deepspeed(cls, section: Mapping[str, Any]) -> dict[str, Any]:
+        """DeepSpeed's ``"tensorboard"`` section (``deepspeed.monitor.config.TensorBoardConfig``,
+        ``enabled`` removed) in this backend's terms, for ``core_monitor.integrations.deepspeed``.
+
+        The events go where DeepSpeed's own writer puts them, ``<output_path>/<job_name>``
+        (DeepSpeed's defaults ``""`` and ``"DeepSpeedJobName"``: ``./DeepSpeedJobName``), as the
+        ``run_dir`` option; a ``job_name`` given is also the run's name (``name``) for every
+        backend. Other keys are passed on as they are.
+        """
+        options = dict(section)
+        output_path = options.pop("output_path", "") or ""
+        job_name = options.pop("job_name", None)
+        options["run_dir"] = os.path.join(output_path, job_name or "DeepSpeedJobName")
+        if job_name:
+            options["name"] = job_name
+        return options
+
+    @classmethod
     def check_sdk(cls) -> list[str]:
         """Import TensorBoard; what it lacks of what the plugin uses (``[]``: nothing). The
         core reports a problem as a ``BackendLoadError`` naming ``tested_sdk``.
@@ -88,12 +116,18 @@ class TensorBoardMonitor:
         max_queue: int = 10,
         filename_suffix: str = "",
         hparams: bool = True,
+        run_dir: str | os.PathLike[str] | None = None,
+        quiet: bool = True,
     ) -> None:
         _check_options(flush_secs, max_queue, filename_suffix, hparams)
+        if not isinstance(quiet, bool):
+            raise ConfigError(f"tensorboard: option quiet={quiet!r} must be True or False")
+        folder = (event_folder(run_dir, rank=run.rank) if run_dir is not None
+                  else _run_dir(run.project, run.name, run.log_dir, rank=run.rank))
         sdk = _compat.sdk()
         self.run = run
         #: The folder this run's event file is in (absolute).
-        self.log_dir = run_dir(run.project, run.name, run.log_dir, rank=run.rank)
+        self.log_dir = folder
         self._closed = False
         self._Event = sdk.Event
         self._hparams_pb = sdk.hparams_pb

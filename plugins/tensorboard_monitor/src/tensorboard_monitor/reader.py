@@ -4,13 +4,14 @@ scalars, HParams and media (images, histograms, text)."""
 from __future__ import annotations
 
 import io
+import os
 from typing import Any
 
 from core_monitor import RunInfo
 from core_monitor.media import Histogram, Image, Text
 
 from . import _compat
-from .storage import run_dir
+from .storage import event_folder, run_dir
 
 __all__ = ["read_config", "read_media", "read_rows"]
 
@@ -18,7 +19,8 @@ __all__ = ["read_config", "read_media", "read_rows"]
 MEDIA_SIZE_GUIDANCE = {"scalars": 0, "images": 0, "histograms": 0, "tensors": 0}
 
 
-def read_rows(run: RunInfo) -> list[tuple[str, int, float]]:
+def read_rows(run: RunInfo, *, run_dir: str | os.PathLike[str] | None = None,
+              ) -> list[tuple[str, int, float]]:
     """Read a run's scalars back with TensorBoard's own ``EventAccumulator``.
 
     Every point is returned (``size_guidance={"scalars": 0}``; the default keeps 10,000 per
@@ -30,6 +32,7 @@ def read_rows(run: RunInfo) -> list[tuple[str, int, float]]:
         run: the run as the core describes it (``Monitor.run``); its folder is
             ``run_dir(run.project, run.name, run.log_dir, rank=run.rank)``, so a rank above 0
             reads the sub-run that rank wrote.
+        run_dir: the run's exact folder, when it was written with the ``run_dir`` option.
 
     Returns:
         ``[(tag, step, value), ...]`` with ``step`` an ``int`` and ``value`` the stored float32
@@ -38,7 +41,7 @@ def read_rows(run: RunInfo) -> list[tuple[str, int, float]]:
     Raises:
         FileNotFoundError: the run has no folder.
     """
-    accumulator = _accumulator(run, {"scalars": 0})
+    accumulator = _accumulator(run, {"scalars": 0}, run_dir)
     return [
         (tag, int(point.step), float(point.value))
         for tag in accumulator.Tags()["scalars"]
@@ -46,20 +49,21 @@ def read_rows(run: RunInfo) -> list[tuple[str, int, float]]:
     ]
 
 
-def read_config(run: RunInfo) -> dict[str, Any]:
+def read_config(run: RunInfo, *, run_dir: str | os.PathLike[str] | None = None,
+                ) -> dict[str, Any]:
     """Return the HParams TensorBoard shows for the run, ``{}`` when it has none.
 
     Read from the run's ``session_start_info`` as TensorBoard's HParams plugin reads it: the
     first one in the run's event files (TensorBoard ignores later ones). Values are as
     ``hparam_value`` converts them: ``bool``, ``float`` or ``str`` (``[64, 64]`` reads back
-    as ``"[64, 64]"``, ``3`` as ``3.0``). Argument as for ``read_rows``.
+    as ``"[64, 64]"``, ``3`` as ``3.0``). Arguments as for ``read_rows``.
 
     Raises:
         FileNotFoundError: the run has no folder.
     """
     sdk = _compat.sdk()
     metadata = sdk.hparams_metadata
-    accumulator = _accumulator(run, None)
+    accumulator = _accumulator(run, None, run_dir)
     try:
         content = accumulator.PluginTagToContent(metadata.PLUGIN_NAME)
     except KeyError:  # no HParams data in the run at all
@@ -71,7 +75,8 @@ def read_config(run: RunInfo) -> dict[str, Any]:
             if value.WhichOneof("kind")}
 
 
-def read_media(run: RunInfo) -> list[tuple[str, int, Image | Histogram | Text]]:
+def read_media(run: RunInfo, *, run_dir: str | os.PathLike[str] | None = None,
+               ) -> list[tuple[str, int, Image | Histogram | Text]]:
     """Read a run's images, histograms and text back with TensorBoard's ``EventAccumulator``.
 
     Every value is returned (``size_guidance`` 0 for images, histograms and tensors). Order:
@@ -80,6 +85,7 @@ def read_media(run: RunInfo) -> list[tuple[str, int, Image | Histogram | Text]]:
 
     Args:
         run: as for ``read_rows`` (``Monitor.run``).
+        run_dir: as for ``read_rows``: the run's exact folder (the ``run_dir`` option).
 
     Returns:
         ``[(tag, step, value), ...]``: ``value`` an ``Image`` (``array``: the PNG decoded, a
@@ -93,7 +99,7 @@ def read_media(run: RunInfo) -> list[tuple[str, int, Image | Histogram | Text]]:
     from PIL import Image as PILImage
 
     sdk = _compat.sdk()
-    accumulator = _accumulator(run, MEDIA_SIZE_GUIDANCE)
+    accumulator = _accumulator(run, MEDIA_SIZE_GUIDANCE, run_dir)
     tags = accumulator.Tags()
     found: list[tuple[str, int, Image | Histogram | Text]] = []
     for tag in tags["images"]:
@@ -115,8 +121,10 @@ def read_media(run: RunInfo) -> list[tuple[str, int, Image | Histogram | Text]]:
     return found
 
 
-def _accumulator(run: RunInfo, size_guidance: dict[str, int] | None) -> Any:
-    folder = run_dir(run.project, run.name, run.log_dir, rank=run.rank)
+def _accumulator(run: RunInfo, size_guidance: dict[str, int] | None,
+                 exact: str | os.PathLike[str] | None = None) -> Any:
+    folder = (event_folder(exact, rank=run.rank) if exact is not None
+              else run_dir(run.project, run.name, run.log_dir, rank=run.rank))
     if not folder.is_dir():
         raise FileNotFoundError(f"no TensorBoard run folder at {str(folder)!r}")
     return _compat.sdk().EventAccumulator(str(folder), size_guidance=size_guidance).Reload()

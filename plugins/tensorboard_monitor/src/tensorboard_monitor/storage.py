@@ -41,6 +41,24 @@ def run_dir(
     return folder.absolute()
 
 
+def event_folder(run_folder: str | os.PathLike[str], *, rank: int = 0) -> Path:
+    """The folder a run given as an exact folder (the ``run_dir`` option) writes to, as an
+    absolute path: ``run_folder`` itself (relative to the current directory), and
+    ``run_folder/rank<rank>`` for a rank above 0, as ``run_dir`` adds it.
+
+    Raises:
+        ConfigError: ``run_folder`` is empty or holds a NUL.
+    """
+    text = os.fspath(run_folder)
+    if not isinstance(text, str) or not text or "\0" in text:
+        raise ConfigError(
+            f"tensorboard: option run_dir={run_folder!r} must be a non-empty folder path, e.g. "
+            "run_dir='runs/baseline'"
+        )
+    folder = Path(text).expanduser()
+    return (folder / f"rank{rank}" if rank > 0 else folder).absolute()
+
+
 def _components(label: str, value: str) -> list[str]:
     parts = value.replace(os.sep, "/").split("/")
     if (

@@ -54,6 +54,10 @@ class WandbMonitor:
             digits, ``_``, ``-`` or ``/`` (no ``.``, which wandb reads as nesting).
         settings: extra ``wandb.Settings`` fields, e.g. ``{"console": "off",
             "x_disable_stats": True}``; ``None`` keeps wandb's defaults and environment.
+        quiet: ``True`` (default) starts the run with ``wandb.Settings(silent=True)``, so
+            wandb's banner and its run summary (about 20 lines) stay off the terminal; its
+            warnings and errors still show. ``False`` prints them, as ``wandb.init()`` does. A
+            ``silent`` or ``quiet`` field in ``settings`` wins.
 
     Raises:
         ConfigError: an option has a wrong type or value (``settings``: an unknown or invalid
@@ -78,6 +82,17 @@ class WandbMonitor:
     tested_sdk = _compat.TESTED
 
     @classmethod
+    def from_deepspeed(cls, section: Mapping[str, Any]) -> dict[str, Any]:
+        """DeepSpeed's ``"wandb"`` section (``deepspeed.monitor.config.WandbConfig``,
+        ``enabled`` removed) in this backend's terms, for ``core_monitor.integrations.deepspeed``:
+        DeepSpeed's ``team`` is the wandb ``entity``; ``project`` and ``group`` mean the same
+        here. Other keys are passed on as they are."""
+        options = dict(section)
+        if "team" in options:
+            options["entity"] = options.pop("team")
+        return options
+
+    @classmethod
     def check_sdk(cls) -> list[str]:
         """Import wandb; what it lacks of the internals the plugin uses (``[]``: nothing).
         The core reports a problem as a ``BackendLoadError`` naming ``tested_sdk``.
@@ -99,15 +114,18 @@ class WandbMonitor:
         notes: str | None = None,
         step_metric: str = DEFAULT_STEP_METRIC,
         settings: Mapping[str, Any] | None = None,
+        quiet: bool = True,
     ) -> None:
         _check_options(mode, entity, group, job_type, tags, notes, step_metric)
+        if not isinstance(quiet, bool):
+            raise ConfigError(f"wandb: option quiet={quiet!r} must be True or False")
         ensure_sdk(WandbMonitor)
         init: dict[str, Any] = {
             "project": run.project,
             "name": run.ranked_name,
             "config": {escaped(key, step_metric): value for key, value in run.config.items()},
             "reinit": "create_new",
-            "settings": _settings(settings),
+            "settings": _settings(settings, quiet),
         }
         for key, value in (("mode", mode), ("entity", entity), ("group", group),
                            ("job_type", job_type), ("notes", notes)):
@@ -194,18 +212,21 @@ class WandbMonitor:
         service.finish_run(self._run, self.run_file)
 
 
-def _settings(settings: Mapping[str, Any] | None) -> Any:
-    if settings is None:
-        return None
-    if not isinstance(settings, Mapping):
+def _settings(settings: Mapping[str, Any] | None, quiet: bool) -> Any:
+    if settings is not None and not isinstance(settings, Mapping):
         raise ConfigError(
             f"wandb: option settings must be a mapping of wandb.Settings fields, not "
             f"{type(settings).__name__}, e.g. settings={{'console': 'off'}}"
         )
+    fields = dict(settings or {})
+    if quiet and "silent" not in fields and "quiet" not in fields:
+        fields["silent"] = True
+    if not fields:
+        return None
     import wandb
 
     try:
-        return wandb.Settings(**settings)
+        return wandb.Settings(**fields)
     except Exception as error:
         # Field names and pydantic's messages only: a value may be a credential.
         problems = error.errors() if callable(getattr(error, "errors", None)) else None
