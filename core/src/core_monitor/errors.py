@@ -149,3 +149,33 @@ def caller_level() -> int:
 
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+class RemoteTraceback(Exception):
+    """The traceback text of an exception raised in a backend's writer process, set as the
+    ``__cause__`` of the exception re-raised in the training process (the convention of
+    ``concurrent.futures.ProcessPoolExecutor``), so the original traceback is printed."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.text = text
+
+    def __str__(self) -> str:
+        return self.text
+
+
+class BackendError(Exception):
+    """An exception a backend raised in its writer process whose class is not rebuilt in the
+    training process (its module is not imported there, and ``strict`` is off: importing it
+    could import the SDK). ``remote_type`` is the original class's qualified name; the
+    message is the original message; ``__cause__`` holds the original traceback text."""
+
+    def __init__(self, remote_type: str, message: str) -> None:
+        super().__init__(message)
+        self.remote_type = remote_type
+
+
+class WriterDied(BackendError):
+    """A backend's writer process ended without being asked to (a segfault in a native
+    extension, the OOM killer, ``os._exit`` in a hook). What was logged after its last flush
+    may not have been written; the other backends are not affected."""

@@ -5,12 +5,17 @@ constructs it as ``Backend(run: RunInfo, **options)``, registers the instance on
 ``PluginManager`` and calls its hooks by keyword, one backend at a time (so that one failing
 backend never stops the others; see ``core_monitor.dispatch``). Every hook is optional.
 
-Calls into one backend never overlap (by default each backend's hooks run on a worker thread of
-its own, ``core_monitor.worker``), come in the order logged, and never come from a forked child.
+Calls into one backend never overlap (by default each backend lives in a writer process of its
+own, ``core_monitor.dispatch.writer``; with ``dispatch="thread"`` on a worker thread), come in
+the order logged, and never come from a forked child.
+
+Adding a hook takes two edits: its specification here (``HOOKS`` is derived from this module)
+and the ``Monitor`` method that sends it; every dispatch mode carries any hook by name.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
@@ -83,8 +88,34 @@ def monitor_write_media(items: Sequence[MediaItem]) -> None:
     ``Text``: ``text``). The core sends only the kinds the class declares in ``media_kinds``
     (``"image"``, ``"histogram"``, ``"text"``) and reports the others once per kind. Encode
     here (PNG, binning), not earlier: this hook runs where the backend's writes run, off the
-    training thread when dispatch is in the background.
+    training thread (in the backend's writer process, or on its worker thread).
     """
+
+
+@hookspec
+def monitor_crash(reason: str) -> None:
+    """The training process died without closing the monitor (killed, ``os._exit``, a crash).
+
+    Called in the backend's writer process after every call the training process logged was
+    written and flushed, just before ``monitor_close``. Mark the run as crashed or failed where
+    the tracker has a run status (wandb's exit code, MLflow's ``FAILED``), or record the crash
+    as the tracker allows. ``reason`` says what the writer saw, e.g. ``"the training process
+    (pid 123) ended without closing the monitor"``. Not called in ``"sync"``/``"thread"``
+    dispatch, where nothing survives the training process.
+    """
+
+
+def _declared_hooks() -> tuple[str, ...]:
+    """The hooks this module specifies, in declaration order (pluggy's public
+    ``parse_hookspec_opts`` tells a specification from any other name)."""
+    manager = pluggy.PluginManager(PROJECT_NAME)
+    module = sys.modules[__name__]
+    return tuple(name for name in list(vars(module))
+                 if manager.parse_hookspec_opts(module, name) is not None)
+
+
+#: Every hook the core calls, in declaration order: the one list dispatch and the kit use.
+HOOKS: tuple[str, ...] = _declared_hooks()
 
 
 # The backend class as a whole: constructor, hooks and capabilities ------------------------------
@@ -205,3 +236,6 @@ class Backend(Protocol):
 
     def monitor_config(self, config: Mapping[str, Any]) -> None:
         """See the ``monitor_config`` hook specification above."""
+
+    def monitor_crash(self, reason: str) -> None:
+        """See the ``monitor_crash`` hook specification above."""

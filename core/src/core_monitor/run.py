@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import sys
@@ -38,6 +39,13 @@ class RunInfo:
     rank: int = 0
     world_size: int = 1
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickle as the fields, ``config`` as a plain ``dict`` (a writer process gets the
+        ``RunInfo`` this way; ``MappingProxyType`` itself does not pickle)."""
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        fields["config"] = dict(fields["config"])
+        return (_rebuild_run, (fields,))
+
     @property
     def ranked_name(self) -> str:
         """The name of this rank's own run: ``name`` on rank 0, ``<name>-rank<rank>`` above.
@@ -49,6 +57,12 @@ class RunInfo:
         ``rank`` itself instead (TensorBoard's sub-run ``<name>/rank<rank>``).
         """
         return self.name if self.rank == 0 else f"{self.name}-rank{self.rank}"
+
+
+def _rebuild_run(fields: dict[str, Any]) -> RunInfo:
+    """``RunInfo.__reduce__``'s counterpart: the config read-only again."""
+    fields["config"] = MappingProxyType(fields["config"])
+    return RunInfo(**fields)
 
 
 #: Default run names handed out in this process, so that none is handed out twice.
