@@ -282,14 +282,15 @@ def select(
         if key in found or key in skipped:
             raise ConfigError(f"backend {key!r} is selected twice; list each backend once")
         off = _refusal(key, [], disabled) == "disabled"
+        chosen: BackendInfo | type | None = None if isinstance(backend, str) else backend
         if isinstance(backend, str) and (not off or key not in installed):
-            backend = find_backend(key, installed, frozenset())  # unknown, conflict: raise
+            chosen = find_backend(key, installed, frozenset())  # unknown, conflict: raise
         if off and strict:
             raise _disabled_error(key)
         if off:
             skipped.append(key)
-        else:
-            found[key] = backend
+        elif chosen is not None:
+            found[key] = chosen
     known = sorted({*installed, *skipped, *found})
     for name in sorted(disabled - DISABLE_ALL - set(known)):  # e.g. WandB for wandb: a typo
         hint = f"did you mean {close!r}? " if (close := closest(name, known)) else ""

@@ -146,7 +146,7 @@ class Capabilities:
         if name is not None and (not isinstance(name, str) or not name):
             raise TypeError(f"{backend_class.__qualname__}.name = {name!r} must be a non-empty "
                             "str (the backend name) or unset")
-        kinds = getattr(backend_class, "media_kinds", frozenset())
+        kinds: Any = getattr(backend_class, "media_kinds", frozenset())
         if isinstance(kinds, str) or not all(isinstance(k, str) for k in kinds) or (
             set(kinds) - MEDIA_KINDS
         ):

@@ -229,7 +229,8 @@ def _settings(settings: Mapping[str, Any] | None, quiet: bool) -> Any:
         return wandb.Settings(**fields)
     except Exception as error:
         # Field names and pydantic's messages only: a value may be a credential.
-        problems = error.errors() if callable(getattr(error, "errors", None)) else None
+        errors = getattr(error, "errors", None)  # pydantic's ValidationError.errors()
+        problems = errors() if callable(errors) else None
         detail = type(error).__name__ if problems is None else "; ".join(
             f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg', '')}" for e in problems)
         raise ConfigError(
