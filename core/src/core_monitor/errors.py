@@ -139,6 +139,22 @@ class FlushTimeout(TimeoutError):
         )
 
 
+class TagMismatchError(RuntimeError):
+    """The ranks called ``Monitor.log(..., reduce=...)`` with different tags or operations.
+
+    Raised on every rank by the same collective call, so no rank is left waiting in a later
+    one. Nothing of that call is logged. Also importable as
+    ``core_monitor.distributed.TagMismatchError``.
+
+    Attributes:
+        local: this rank's sorted tags.
+    """
+
+    def __init__(self, message: str, local: tuple[str, ...]) -> None:
+        super().__init__(message)
+        self.local = local
+
+
 def caller_level() -> int:
     """The ``stacklevel`` that makes a warning issued by the function calling this point at
     the first frame outside ``core_monitor`` (the user's call of ``log``, ``flush``, ...)."""
