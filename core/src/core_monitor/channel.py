@@ -17,8 +17,9 @@ from collections.abc import Mapping
 from queue import Empty, SimpleQueue
 from typing import Any
 
+from ._stack import caller_level
 from .dispatch import Dispatcher
-from .errors import BackendWarning, ConfigError, FlushTimeout, caller_level
+from .errors import BackendWarning, ConfigError, FlushTimeout
 from .worker import FLUSH, STOP, Worker, fan_out, in_worker
 
 logger = logging.getLogger("core_monitor")

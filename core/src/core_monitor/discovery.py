@@ -22,13 +22,13 @@ from collections.abc import Mapping, Sequence
 from importlib.metadata import EntryPoint, PackageNotFoundError, distribution, entry_points
 from typing import NamedTuple
 
+from ._suggest import closest
 from .errors import (
     BackendLoadError,
     ConfigError,
     ConfigWarning,
     SdkVersionWarning,
     UnknownBackendError,
-    closest,
 )
 
 #: The entry-point group backends declare themselves in.
@@ -176,7 +176,7 @@ def find_backend(
 
     Raises:
         UnknownBackendError: no distribution declares ``name``; the message suggests the
-            closest installed name (``errors.closest``) and lists every installed one.
+            closest installed name (``_suggest.closest``) and lists every installed one.
         ConfigError: ``name`` is disabled (``select`` skips it unless ``strict``), or two
             distributions declare it; the message names the variable, or both distributions.
     """

@@ -27,7 +27,8 @@ from typing import Any
 import pluggy
 
 from . import hookspecs
-from .errors import BackendWarning, ConfigError, caller_level
+from ._stack import caller_level
+from .errors import BackendWarning, ConfigError
 from .events import Event
 from .routing import MediaRoutes
 from .run import RunInfo

@@ -21,11 +21,11 @@ from typing import Any
 from . import shutdown
 from .base import MonitorBase
 from .channel import check_dispatch
-from .config import sanitize_config
 from .dispatch import Dispatcher
 from .distributed import Reducer
 from .errors import ConfigError
 from .events import MAX_STEP, Batch, Event, check_events, check_step, metric_rows, rows_by_step
+from .hyperparameters import sanitize_config
 from .media import MediaItem, media_taker
 from .run import RunInfo, default_run_name, detect_rank
 from .settings import check_keywords, load_monitor_config

@@ -12,7 +12,8 @@ import warnings
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from .errors import BackendWarning, caller_level
+from ._stack import caller_level
+from .errors import BackendWarning
 from .media import MEDIA_KINDS, MediaItem
 
 
