@@ -11,12 +11,12 @@ from typing import Any, ClassVar
 
 import pytest
 
-from ..hookspecs import Capabilities
+from ..hookspecs import HOOKS, Capabilities
 from ..monitor import Monitor
 from ..run import RunInfo
 from ._media import MediaChecks
 from ._messages import same, short, step_hint, stored_as, value_hint
-from ._runs import HOOKS, MARK, RunChecks
+from ._runs import RunChecks, marked
 from ._steps import StepChecks
 from .factory import MonitorFactory
 
@@ -261,7 +261,7 @@ class MonitorContract(StepChecks, RunChecks, MediaChecks):
         """A hook method without ``@hookimpl`` is never called; capabilities are valid values."""
         for hook in HOOKS:
             method = getattr(backend_class, hook, None)
-            if callable(method) and getattr(method, MARK, None) is None:
+            if callable(method) and not marked(backend_class, hook):
                 pytest.fail(f"{backend_class.__qualname__}.{hook} has no @hookimpl marker, so "
                             "the core never calls it: decorate it with core_monitor.hookimpl",
                             pytrace=False)

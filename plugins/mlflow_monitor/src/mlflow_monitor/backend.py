@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from core_monitor import ConfigError, Event, RunInfo, hookimpl
 
@@ -18,6 +18,9 @@ from .delivery import MlflowDeliveryError
 from .media import MEDIA_KINDS, MediaWriter
 from .options import MAX_BATCH, check_options
 from .storage import local_store_uri, sqlite_artifact_root
+
+if TYPE_CHECKING:
+    from core_monitor.hookspecs import MediaBackend
 
 
 class MlflowMonitor(RowBuffer):
@@ -87,18 +90,18 @@ class MlflowMonitor(RowBuffer):
     """
 
     #: Backend name used when the class is passed to ``Monitor`` directly.
-    name = "mlflow"
+    name: ClassVar[str] = "mlflow"
     #: ``Monitor.flush()`` sends every buffered row synchronously.
-    rows_readable_after = "flush"
+    rows_readable_after: ClassVar[Literal["flush", "close"]] = "flush"
     #: MLflow metric values are float64.
-    value_dtype = "float64"
+    value_dtype: ClassVar[Literal["float64", "float32"]] = "float64"
     #: The config is stored as MLflow params (``read_config`` reads it back).
-    stores_config = True
+    stores_config: ClassVar[bool] = True
     #: ``monitor_write_media`` stores images and text as run artifacts (``media``); MLflow has
     #: no histogram, so the core skips histograms for this backend.
-    media_kinds = MEDIA_KINDS
+    media_kinds: ClassVar[frozenset[str]] = MEDIA_KINDS
     #: The MLflow versions this plugin is tested with; outside them the core warns once.
-    tested_sdk = _compat.TESTED
+    tested_sdk: ClassVar[str | None] = _compat.TESTED
 
     def __init__(
         self,
@@ -257,3 +260,7 @@ class MlflowMonitor(RowBuffer):
             finally:
                 self._closed = True
                 self._report()
+
+
+if TYPE_CHECKING:  # a type checker proves the class has the shape core-monitor expects
+    _shape: type[MediaBackend] = MlflowMonitor
