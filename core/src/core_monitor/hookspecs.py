@@ -120,7 +120,7 @@ def hookimpl_options(backend: object, hook: str) -> pluggy.HookimplOpts | None:
         The marker's options (``{"wrapper": False, "tryfirst": False, ...}``), or ``None`` when
         ``backend`` has no ``hook`` or its ``hook`` is not marked (the core never calls it).
     """
-    if getattr(backend, hook, None) is None:  # pluggy < 1.6 raises AttributeError for it
+    if getattr(backend, hook, None) is None:  # older pluggy releases raise AttributeError
         return None
     return _markers.parse_hookimpl_opts(backend, hook)
 
