@@ -1,28 +1,6 @@
-"""The errors and warnings the core raises (all importable from ``core_monitor``), and the one
-"did you mean" helper every message that names a misspelt key uses."""
+"""The errors and warnings the core raises, all importable from ``core_monitor``."""
 
 from __future__ import annotations
-
-import difflib
-import os
-import sys
-from collections.abc import Iterable
-
-
-def closest(word: str, choices: Iterable[str]) -> str | None:
-    """The choice ``word`` most likely misspells, for a "did you mean ...?" hint; else ``None``.
-
-    A choice equal to ``word`` ignoring case wins (``"WandB"`` -> ``"wandb"``); otherwise the
-    closest by ``difflib.get_close_matches`` (ratio >= 0.6, case ignored). Names themselves
-    are always matched exactly by the core: this only suggests.
-    """
-    by_lower: dict[str, str] = {}
-    for choice in choices:
-        by_lower.setdefault(choice.lower(), choice)
-    if word.lower() in by_lower:
-        return by_lower[word.lower()]
-    close = difflib.get_close_matches(word.lower(), list(by_lower), n=1, cutoff=0.6)
-    return by_lower[close[0]] if close else None
 
 
 class ConfigError(ValueError):
@@ -139,16 +117,20 @@ class FlushTimeout(TimeoutError):
         )
 
 
-def caller_level() -> int:
-    """The ``stacklevel`` that makes a warning issued by the function calling this point at
-    the first frame outside ``core_monitor`` (the user's call of ``log``, ``flush``, ...)."""
-    level, frame = 1, sys._getframe(1)
-    while frame.f_back is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
-        frame, level = frame.f_back, level + 1
-    return level
+class TagMismatchError(RuntimeError):
+    """The ranks called ``Monitor.log(..., reduce=...)`` with different tags or operations.
 
+    Raised on every rank by the same collective call, so no rank is left waiting in a later
+    one. Nothing of that call is logged. Also importable as
+    ``core_monitor.distributed.TagMismatchError``.
 
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+    Attributes:
+        local: this rank's sorted tags.
+    """
+
+    def __init__(self, message: str, local: tuple[str, ...]) -> None:
+        super().__init__(message)
+        self.local = local
 
 
 class RemoteTraceback(Exception):

@@ -27,7 +27,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
-from .errors import BackendWarning, caller_level
+from ._stack import caller_level
+from .errors import BackendWarning
 
 #: The media kinds the core knows; a backend declares the ones it stores as ``media_kinds``.
 MEDIA_KINDS = frozenset({"image", "histogram", "text"})

@@ -20,11 +20,11 @@ from types import MappingProxyType
 from typing import Any, TypeVar
 
 from . import discovery, shutdown
-from .config import sanitize_config
 from .dispatch import DEFAULT_QUEUE_SIZE, BackendSpec, check_dispatch, new_dispatch
 from .distributed import Reducer
 from .errors import ConfigError
 from .events import MAX_STEP, Batch, Event, check_events, check_step, metric_rows, rows_by_step
+from .hyperparameters import sanitize_config
 from .media import MediaItem, media_taker
 from .run import RunInfo, default_run_name, detect_rank
 from .settings import check_backend_keys, check_keywords, check_options, load_monitor_config
@@ -189,8 +189,10 @@ class Monitor:
         """Log scalars and media at one step, as ``wandb.log``/``accelerate.Accelerator.log`` do.
 
         Every rule is checked here, on the caller's thread; the call is then handed to every
-        backend (written into each writer process's pipe, or queued for each worker thread) (all of them or none, even when a ``KeyboardInterrupt`` or
-        SIGTERM arrives) and ``log()`` returns: ``flush()`` waits for the writes.
+        backend (written into each writer process's pipe, or queued for each worker thread:
+        all of them or none, even when a ``KeyboardInterrupt`` or SIGTERM arrives) and
+        ``log()`` returns: ``flush()`` waits for the writes. In the default process dispatch
+        the call is then in the kernel: a crash of this process afterwards loses none of it.
 
         Args:
             metrics: ``{tag: value}``; nested mappings are flattened with ``/``. Values are

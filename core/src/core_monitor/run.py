@@ -23,9 +23,9 @@ class RunInfo:
         project: project name, shared by runs that belong together (wandb/Trackio "project").
         name: run name. When the caller gives none the core makes one (``default_run_name``),
             so every backend names the run alike.
-        config: hyperparameters, already sanitised by ``core_monitor.config.sanitize_config``:
-            a flat, read-only mapping of ``str`` keys (nesting joined with ``.``) to JSON-safe
-            values.
+        config: hyperparameters, already sanitised by
+            ``core_monitor.hyperparameters.sanitize_config``: a flat, read-only mapping of
+            ``str`` keys (nesting joined with ``.``) to JSON-safe values.
         log_dir: root folder under which a local backend writes, or ``None`` for the SDK's own
             default. A ``log_dir`` given here wins over ``TRACKIO_DIR`` / ``WANDB_DIR``.
         rank: this process's rank (0 for single-process training).

@@ -73,11 +73,11 @@ def start_backend(manager: pluggy.PluginManager, name: str, cls: type, run: RunI
     return Backend(name, instance, hooks)
 
 
-def hook_names(manager: pluggy.PluginManager, cls: type) -> frozenset[str]:
+def hook_names(cls: type) -> frozenset[str]:
     """The hooks ``cls`` implements (marked with ``hookimpl``), read from the class alone:
     what the training process knows of a backend that runs in a writer process."""
-    return frozenset(hook for hook in hookspecs.HOOKS if hasattr(cls, hook)
-                     and manager.parse_hookimpl_opts(cls, hook) is not None)
+    return frozenset(hook for hook in hookspecs.HOOKS
+                     if hookspecs.hookimpl_options(cls, hook) is not None)
 
 
 def _hooks_of(manager: pluggy.PluginManager, name: str,

@@ -19,7 +19,8 @@ import warnings
 from collections import deque
 from typing import Any
 
-from ..errors import BackendWarning, caller_level
+from .._stack import caller_level
+from ..errors import BackendWarning
 
 logger = logging.getLogger("core_monitor")
 

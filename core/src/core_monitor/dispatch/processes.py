@@ -31,6 +31,7 @@ be started (no ``fork``/``exec``, no pipes) every backend runs in a thread, with
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import mmap
@@ -53,7 +54,7 @@ from ..compat import packages_distributions
 from ..errors import FlushTimeout, WriterDied
 from ..run import RunInfo
 from . import wire
-from .backends import hook_names, new_manager
+from .backends import hook_names
 from .policy import Policy
 from .strategy import BackendSpec, Dispatch
 from .threads import ThreadDispatch
@@ -180,7 +181,6 @@ class ProcessDispatch(Dispatch):
     # Start -------------------------------------------------------------------------------
 
     def start(self, specs: Sequence[BackendSpec], run: RunInfo) -> None:
-        manager = new_manager()
         in_process, in_thread = [], []
         for spec in specs:
             why = _why_not_in_a_process(spec, run)
@@ -203,7 +203,7 @@ class ProcessDispatch(Dispatch):
         self._fds = [writer.fd for writer in self._live]
         deadline = time.monotonic() + STARTUP_SECONDS
         try:
-            for writer, spec in zip(self.writers, in_process):
+            for writer, spec in zip(self.writers, in_process, strict=False):
                 outcome = writer.wait_ready(deadline)
                 self.policy.deliver(raising=False)  # warnings of its start, in order
                 if outcome is True:
@@ -226,7 +226,7 @@ class ProcessDispatch(Dispatch):
         for spec in specs:  # start order is selection order, whichever side runs it
             if spec.name in started:
                 writer, _ = started[spec.name]
-                self.hooks[spec.name] = hook_names(manager, spec.cls)
+                self.hooks[spec.name] = hook_names(spec.cls)
                 self.facts[spec.name] = writer.facts
                 self.media.add(spec.name, getattr(spec.cls, "media_kinds", ()),
                                dict.fromkeys(self.hooks[spec.name], _nothing))
@@ -296,10 +296,8 @@ class ProcessDispatch(Dispatch):
 
     def _ended(self, writer: WriterProcess) -> None:
         """The writer's reply pipe closed: it exited. Unless asked to, that is a failure."""
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             writer.process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
         with writer.changed:
             writer.dead = not writer.stopping and writer.ready is True
             writer.changed.notify_all()
@@ -470,10 +468,8 @@ class ProcessDispatch(Dispatch):
         for writer in self.writers:
             for fd in (writer.fd, writer.reply_fd):
                 if fd >= 0:
-                    try:
+                    with contextlib.suppress(OSError):
                         os.close(fd)
-                    except OSError:
-                        pass
             writer.fd = -1
         self.writers, self._live, self._fds = [], [], []
         if self.threads is not None:
@@ -501,10 +497,8 @@ def _resize(fd: int, size: int) -> None:
     except ImportError:  # not POSIX: the default size
         return
     size = max(mmap.PAGESIZE, min(size, _pipe_max_size()))
-    try:
+    with contextlib.suppress(OSError):
         fcntl.fcntl(fd, getattr(fcntl, "F_SETPIPE_SZ", _F_SETPIPE_SZ), size)
-    except OSError:
-        pass
 
 
 @functools.lru_cache(maxsize=1)
@@ -553,7 +547,7 @@ def _wait_writable(writer: WriterProcess, deadline: float) -> bool:
 _installed_packages = functools.lru_cache(maxsize=1)(packages_distributions)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _fresh_path() -> tuple[str, ...]:
     """``sys.path`` of a fresh ``python -m`` started here (the writer's): the folders a class
     must come from to be importable there."""

@@ -6,7 +6,8 @@ import logging
 import warnings
 from collections.abc import Mapping
 
-from ..errors import BackendWarning, caller_level
+from .._stack import caller_level
+from ..errors import BackendWarning
 
 logger = logging.getLogger("core_monitor")
 

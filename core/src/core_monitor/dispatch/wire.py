@@ -27,6 +27,7 @@ from typing import Any
 
 from ..errors import BackendError, RemoteTraceback
 
+
 def _read_only(mapping: dict[Any, Any]) -> MappingProxyType[Any, Any]:
     return MappingProxyType(mapping)
 

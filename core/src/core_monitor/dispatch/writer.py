@@ -23,6 +23,7 @@ after ``IDLE_SECONDS`` without any call.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import mmap
 import os
@@ -225,11 +226,9 @@ def lower_priority() -> None:
         except OSError:
             continue
         for pid in pids:
-            try:
+            with contextlib.suppress(OSError):
                 os.setpriority(os.PRIO_PROCESS, pid, max(level, os.getpriority(
                     os.PRIO_PROCESS, pid)))
-            except OSError:
-                pass
 
 
 def main(argv: list[str]) -> int:

@@ -19,7 +19,7 @@ import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..config import sanitize_config
+from ..hyperparameters import sanitize_config
 from ..monitor import Monitor
 from ..run import default_run_name
 

@@ -6,11 +6,11 @@ without a tracking URI and with a ``log_dir`` it writes the local store
 ``sqlite:///<log_dir>/mlflow/mlflow.db``. See ``MlflowMonitor`` for the options and
 ``mlflow_monitor.storage`` for how tags, media keys and config are stored.
 
-Modules, each importing only those listed after it: ``backend`` (the hooks), ``buffer`` (rows
-waiting for ``log_batch``), ``delivery`` (requests to the store, their failures), ``reader``
+Modules, each importing only those listed after it: ``backend`` (``MlflowMonitor``: the hooks, the
+rows waiting for ``log_batch``, the requests to the store and their failures), ``reader``
 (read-back: scalars, config, media), ``media`` (writing images and text), ``options`` (option
-checks), ``storage`` (key escaping, run and artifact names, the local store), ``_compat`` (the
-MLflow internals used, and their check).
+checks), ``output`` (MLflow's own lines kept off the terminal), ``storage`` (key escaping, run and
+artifact names, the local store), ``_compat`` (the MLflow internals used, and their check).
 
 Importing this package imports no MLflow: the SDK is imported when a monitor starts.
 """

@@ -7,7 +7,7 @@ import os
 import time
 import warnings
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from core_monitor import ConfigError, Event, RunInfo, hookimpl
 from core_monitor.events import rows_by_step
@@ -16,6 +16,9 @@ from core_monitor.media import MEDIA_KINDS, MediaItem
 from . import _compat, media
 from .storage import event_folder, hparam_value
 from .storage import run_dir as _run_dir
+
+if TYPE_CHECKING:
+    from core_monitor.hookspecs import MediaBackend
 
 
 class TensorBoardMonitor:
@@ -67,18 +70,18 @@ class TensorBoardMonitor:
     """
 
     #: Backend name used when the class is passed to ``Monitor`` directly.
-    name = "tensorboard"
+    name: ClassVar[str] = "tensorboard"
     #: ``EventAccumulator`` sees every event after ``monitor_flush``.
-    rows_readable_after = "flush"
+    rows_readable_after: ClassVar[Literal["flush", "close"]] = "flush"
     #: ``Summary.Value.simple_value`` is a float32.
-    value_dtype = "float32"
+    value_dtype: ClassVar[Literal["float64", "float32"]] = "float32"
     #: ``monitor_config`` merges late config into the run's HParams (see above).
-    stores_config = True
+    stores_config: ClassVar[bool] = True
     #: ``monitor_write_media`` stores images, histograms and text (see ``media``).
-    media_kinds = MEDIA_KINDS
+    media_kinds: ClassVar[frozenset[str]] = MEDIA_KINDS
 
     #: The TensorBoard versions this plugin is tested with; outside them the core warns once.
-    tested_sdk = _compat.TESTED
+    tested_sdk: ClassVar[str | None] = _compat.TESTED
 
     @classmethod
     def from_deepspeed(cls, section: Mapping[str, Any]) -> dict[str, Any]:
@@ -247,3 +250,7 @@ def _check_options(flush_secs: Any, max_queue: Any, filename_suffix: Any, hparam
         raise ConfigError(
             f"tensorboard: option hparams={hparams!r} must be True or False"
         )
+
+
+if TYPE_CHECKING:  # a type checker proves the class has the shape core-monitor expects
+    _shape: type[MediaBackend] = TensorBoardMonitor

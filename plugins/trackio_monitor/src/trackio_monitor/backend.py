@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from core_monitor import ConfigError, Event, RunInfo, hookimpl
 from core_monitor.compat import ensure_sdk, sdk_error
@@ -18,6 +18,9 @@ from .options import check_options
 from .reader import count_rows
 from .start import start_local
 from .storage import RENAME_PREFIX, trackio_config
+
+if TYPE_CHECKING:
+    from core_monitor.hookspecs import MediaBackend
 
 
 class TrackioMonitor:
@@ -58,18 +61,18 @@ class TrackioMonitor:
     """
 
     #: Backend name when the class is passed to ``Monitor`` directly.
-    name = "trackio"
+    name: ClassVar[str] = "trackio"
     #: ``monitor_flush`` writes Trackio's queue to SQLite, so rows are readable after a flush.
-    rows_readable_after = "flush"
+    rows_readable_after: ClassVar[Literal["flush", "close"]] = "flush"
     #: Trackio stores values as JSON numbers: float64, exactly.
-    value_dtype = "float64"
+    value_dtype: ClassVar[Literal["float64", "float32"]] = "float64"
     #: ``monitor_config`` merges late config into Trackio's run config.
-    stores_config = True
+    stores_config: ClassVar[bool] = True
     #: ``monitor_write_media`` stores each kind as Trackio's own media type (see ``media``).
-    media_kinds = MEDIA_KINDS
+    media_kinds: ClassVar[frozenset[str]] = MEDIA_KINDS
 
     #: The Trackio versions this plugin is tested with; outside them the core warns once.
-    tested_sdk = _compat.TESTED
+    tested_sdk: ClassVar[str | None] = _compat.TESTED
 
     @classmethod
     def check_sdk(cls) -> list[str]:
@@ -229,3 +232,6 @@ class TrackioMonitor:
         finally:
             folder.release(self._dir)
 
+
+if TYPE_CHECKING:  # a type checker proves the class has the shape core-monitor expects
+    _shape: type[MediaBackend] = TrackioMonitor

@@ -13,6 +13,7 @@ wandb at module import.
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import os
 import struct
@@ -42,10 +43,15 @@ _RECORD_FIELDS = ("history", "run", "config", "exit", "metric")
 require_sdk("wandb", "wandb-monitor")
 
 
+def _record_class() -> Any:
+    """wandb's ``Record`` protobuf message class. wandb builds its message classes when
+    ``wandb.proto.wandb_internal_pb2`` runs, so a type checker sees no ``Record`` in it."""
+    return importlib.import_module("wandb.proto.wandb_internal_pb2").Record
+
+
 def problems() -> list[str]:
     """Import wandb; what it lacks of the internals this plugin uses (``[]``: nothing)."""
     import wandb
-    from wandb.proto import wandb_internal_pb2
     from wandb.sdk import wandb_setup
 
     found = []
@@ -57,7 +63,7 @@ def problems() -> list[str]:
               if not hasattr(setup, m)]
     if "reinit" not in inspect.signature(wandb.init).parameters:
         found.append("wandb.init() takes no reinit")
-    fields = wandb_internal_pb2.Record.DESCRIPTOR.fields_by_name
+    fields = _record_class().DESCRIPTOR.fields_by_name
     found += [f"no Record.{f}" for f in _RECORD_FIELDS if f not in fields]
     return found
 
@@ -120,8 +126,7 @@ def read_records(path: str | os.PathLike[str]) -> Iterator[Any]:
         ValueError: not a wandb transaction log (header), an unknown format version, a folder
             with several ``.wandb`` files, or a corrupt chunk (checksum); the message says which.
     """
-    from wandb.proto import wandb_internal_pb2
-
+    record_class = _record_class()
     file = _wandb_file(path)
     data = file.read_bytes()
     if len(data) < len(_HEADER) and _HEADER.startswith(data):
@@ -132,7 +137,7 @@ def read_records(path: str | os.PathLike[str]) -> Iterator[Any]:
         raise ValueError(f"{str(file)!r} has transaction log version {data[6]}; this reader "
                          f"knows version 0 (tested with {TESTED}): upgrade wandb-monitor")
     for payload in _payloads(data, 0, file):
-        record = wandb_internal_pb2.Record()
+        record = record_class()
         record.ParseFromString(payload)
         yield record
 
@@ -194,15 +199,14 @@ def _wandb_file(path: str | os.PathLike[str]) -> Path:
 def exit_record_written(file: Path) -> bool:
     """Whether the run's exit record (wandb's last record of a finished run) is in ``file``
     (reads only the last two blocks: the exit record is small and comes last)."""
-    from wandb.proto import wandb_internal_pb2
-
+    record_class = _record_class()
     try:
         size = file.stat().st_size
         start = max(0, size - 2 * _BLOCK) // _BLOCK * _BLOCK
         with file.open("rb") as stream:
             stream.seek(start)
             data = stream.read()
-        record = wandb_internal_pb2.Record()
+        record = record_class()
         for payload in _payloads(data, start, file):
             record.ParseFromString(payload)
             if record.HasField("exit"):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from core_monitor import ConfigError, Event, RunInfo, hookimpl
 from core_monitor.compat import ensure_sdk
@@ -14,6 +14,9 @@ from core_monitor.media import MEDIA_KINDS
 
 from . import _compat, media, service
 from .storage import DEFAULT_STEP_METRIC, ESCAPE, ESCAPED_FIRST, escaped
+
+if TYPE_CHECKING:
+    from core_monitor.hookspecs import MediaBackend
 
 _MODES = ("online", "offline", "disabled")
 _STEP_METRIC = re.compile(r"[A-Za-z][A-Za-z0-9_\-/]*")
@@ -67,19 +70,19 @@ class WandbMonitor:
     """
 
     #: Backend name used when the class is passed to ``Monitor`` directly.
-    name = "wandb"
+    name: ClassVar[str] = "wandb"
     #: wandb has no public flush and writes the ``.wandb`` file in 32 KiB blocks: rows are
     #: complete on disk only once ``monitor_close`` returns.
-    rows_readable_after = "close"
+    rows_readable_after: ClassVar[Literal["flush", "close"]] = "close"
     #: History values are JSON numbers (float64).
-    value_dtype = "float64"
+    value_dtype: ClassVar[Literal["float64", "float32"]] = "float64"
     #: ``monitor_config`` merges late config into ``run.config``.
-    stores_config = True
+    stores_config: ClassVar[bool] = True
     #: ``monitor_write_media`` stores images, histograms and text (see ``media``).
-    media_kinds = MEDIA_KINDS
+    media_kinds: ClassVar[frozenset[str]] = MEDIA_KINDS
 
     #: The wandb versions this plugin is tested with; outside them the core warns once.
-    tested_sdk = _compat.TESTED
+    tested_sdk: ClassVar[str | None] = _compat.TESTED
 
     @classmethod
     def from_deepspeed(cls, section: Mapping[str, Any]) -> dict[str, Any]:
@@ -229,7 +232,8 @@ def _settings(settings: Mapping[str, Any] | None, quiet: bool) -> Any:
         return wandb.Settings(**fields)
     except Exception as error:
         # Field names and pydantic's messages only: a value may be a credential.
-        problems = error.errors() if callable(getattr(error, "errors", None)) else None
+        errors = getattr(error, "errors", None)  # pydantic's ValidationError.errors()
+        problems = errors() if callable(errors) else None
         detail = type(error).__name__ if problems is None else "; ".join(
             f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg', '')}" for e in problems)
         raise ConfigError(
@@ -265,3 +269,7 @@ def _check_options(
             "letters, digits, '_', '-' or '/' (wandb reserves '_' names and reads '.' as "
             "nesting), e.g. step_metric='global_step'"
         )
+
+
+if TYPE_CHECKING:  # a type checker proves the class has the shape core-monitor expects
+    _shape: type[MediaBackend] = WandbMonitor
