@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from .hookspecs import hookimpl, hookspec
     from .media import Histogram, Image, Text
     from .monitor import Monitor
+    from .resume import NoRunToResume
     from .run import RunInfo
 
 try:
@@ -49,6 +50,7 @@ _EXPORTS = {
     "Image": ".media",
     "Text": ".media",
     "Monitor": ".monitor",
+    "NoRunToResume": ".resume",
     "RunInfo": ".run",
 }
 
@@ -61,6 +63,7 @@ __all__ = [
     "Histogram",
     "Image",
     "Monitor",
+    "NoRunToResume",
     "RunInfo",
     "SdkVersionWarning",
     "Text",

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from . import discovery, shutdown
+from . import resume as _resume  # [resume]
 from .channel import FORK_FLUSH_TIMEOUT, Channel
 from .settings import check_backend_keys, check_options
 
@@ -50,9 +51,15 @@ class MonitorBase:
             check_options(backend_name, cls, backend_options.get(backend_name) or {})
         if write:
             try:
+                _resume.check_classes(self.run, classes)  # [resume]
+                missing = {}  # [resume] backend name -> NoRunToResume (resume="must")
                 for backend_name, cls in classes.items():
                     options = dict(backend_options.get(backend_name) or {})
-                    self._dispatch.start(backend_name, cls, self.run, options)
+                    try:  # [resume]
+                        self._dispatch.start(backend_name, cls, self.run, options)
+                    except _resume.NoRunToResume as error:  # [resume]
+                        missing[backend_name] = error  # [resume]
+                _resume.raise_missing(self.run, missing)  # [resume]
             except Exception:  # a ConfigError, or any start failure with strict=True
                 self.close()
                 raise

@@ -18,6 +18,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from . import resume as _resume  # [resume]
 from . import shutdown
 from .base import MonitorBase
 from .channel import check_dispatch
@@ -59,11 +60,17 @@ class Monitor(MonitorBase):
             scalars per call).
         on_full: a full queue makes ``log()`` wait (``"block"``, nothing lost) or drop that
             call for that backend only (``"drop"``: counted in ``dropped``, warned once).
+        resume: ``"never"`` (a new run), ``"allow"`` (continue the run of this project, name
+            and log_dir in every backend when it exists, else start it) or ``"must"``
+            (continue it; ``NoRunToResume`` naming each backend without it, nothing logged).
+            See ``core_monitor.resume``.
         **backend_options: one mapping per backend name, its keyword options, e.g.
             ``wandb={"mode": "offline"}``; an installed backend's are ignored when unselected.
 
     Attributes:
-        run: the ``RunInfo`` every backend got.
+        run: the ``RunInfo`` every backend got, with ``resumed`` and ``last_step`` filled
+            in after the start (``core_monitor.resume``).
+        last_steps: backend name -> the largest step its run already held (``None``: new run).
         failures: backend name -> hook calls of it that raised.
         dropped: backend name -> calls dropped for it (``on_full="drop"``).
         undelivered: backend name -> calls still queued when ``close(timeout=...)`` gave up.
@@ -75,7 +82,8 @@ class Monitor(MonitorBase):
             naming no installed backend (``logdir``: "did you mean 'log_dir'?"); an option the
             backend does not accept (naming backend, option and accepted ones); ``strict=True``
             and a disabled backend selected, or an unknown name in
-            ``EXPERIMENT_MONITORS_DISABLE``.
+            ``EXPERIMENT_MONITORS_DISABLE``; ``resume`` not one of its values.
+        core_monitor.resume.NoRunToResume: ``resume="must"`` and a backend has no such run.
         UnknownBackendError: a name that no installed distribution declares.
         BackendLoadError: a selected plugin or its SDK fails to import.
     """
@@ -93,6 +101,7 @@ class Monitor(MonitorBase):
         dispatch: str = "background",
         queue_size: int = DEFAULT_QUEUE_SIZE,
         on_full: str = "block",
+        resume: str = "never",
         **backend_options: Mapping[str, Any],
     ) -> None:
         backends = check_keywords(backends, project, name, strict, rank_zero_only)
@@ -105,6 +114,7 @@ class Monitor(MonitorBase):
             log_dir=Path(log_dir) if log_dir is not None else None,
             rank=rank,
             world_size=world_size,
+            resume=_resume.check_resume(resume),  # [resume]
         )
         self._dispatch = Dispatcher(strict=strict)
         self.failures: dict[str, int] = self._dispatch.failures
@@ -120,6 +130,9 @@ class Monitor(MonitorBase):
         self._reducer = Reducer()  # log(reduce=...): the ranks' agreed tags
         self._start(backends, backend_options, rank == 0 or not rank_zero_only,
                     (dispatch, queue_size, on_full))
+        # [resume] what each backend found of an earlier run (core_monitor.resume)
+        self.run, self.last_steps, self._next_step = _resume.collect(self.run, {
+            b.name: _resume.backend_state(b.instance) for b in self._dispatch.backends})
         shutdown.register(self)
 
     @classmethod

@@ -64,14 +64,15 @@ class Delivery:
         return _compat.request_limits(self.request_timeout, self.max_retries)
 
     def _start_run(
-        self, experiment: str, tags: dict[str, Any], run_id: str | None, artifacts: str | None
+        self, experiment: str, tags: dict[str, Any], run_id: str | None, artifacts: str | None,
+        resumed: bool = False,
     ) -> tuple[str, str]:
         client = self._client
         name = self.run.ranked_name
         if run_id is not None:
             existing = client.get_run(run_id)
             experiment_id = existing.info.experiment_id
-            if self.run.rank == 0:
+            if self.run.rank == 0 or resumed:  # resumed: this rank's own run
                 self._params.update(existing.data.params)
                 client.update_run(run_id, status="RUNNING")
                 for key, value in tags.items():
