@@ -30,6 +30,25 @@ __all__ = ["DEFAULT_PROJECT", "MonitorLogger"]
 DEFAULT_PROJECT = "lightning_logs"
 
 
+def _fitting_from_checkpoint() -> bool:
+    """Whether a Lightning ``Trainer`` up the call stack runs from a checkpoint (its
+    ``ckpt_path`` set): Lightning hands a logger no trainer, and reads ``experiment`` from
+    inside the ``Trainer``'s own calls (its setup hook, ``_log_hyperparams``)."""
+    import sys
+
+    trainer_class = getattr(sys.modules.get("lightning.pytorch"), "Trainer", None)
+    frame = sys._getframe(1)
+    for _ in range(64):
+        if frame is None or trainer_class is None:
+            return False
+        for key in ("trainer", "self"):
+            candidate = frame.f_locals.get(key)
+            if isinstance(candidate, trainer_class):
+                return getattr(candidate, "ckpt_path", None) is not None
+        frame = frame.f_back
+    return False
+
+
 class MonitorLogger(Logger):
     """A Lightning ``Logger`` that logs through one ``core_monitor.Monitor``.
 
@@ -89,8 +108,12 @@ class MonitorLogger(Logger):
     @property
     def experiment(self) -> Monitor:
         """The ``Monitor`` of the run (created at first access; on every rank, where ranks
-        other than 0 write nothing: no ``DummyExperiment``)."""
-        return self._runs.monitor()
+        other than 0 write nothing: no ``DummyExperiment``). A run started while the
+        ``Trainer`` fits from a checkpoint (``fit(ckpt_path=...)``) reattaches to the run of
+        this name (``Monitor(resume="allow")``) instead of starting ``<name>-2``."""
+        runs = self._runs
+        started = runs.started
+        return started if started is not None else runs.monitor(resume=_fitting_from_checkpoint())
 
     @property
     def monitor(self) -> Monitor | None:
