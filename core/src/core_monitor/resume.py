@@ -149,7 +149,8 @@ def collect(run: RunInfo, states: Mapping[str, tuple[bool, int | None]],
     last_step = None
     if continued and all(step is not None for step in continued):
         last_step = min(continued)  # type: ignore[type-var]
-    info = dataclasses.replace(run, resumed=bool(continued), last_step=last_step)
+    info = run if (run.resumed, run.last_step) == (bool(continued), last_step) else \
+        dataclasses.replace(run, resumed=bool(continued), last_step=last_step)
     return info, {name: step for name, (_, step) in states.items()}, max(held, default=-1) + 1
 
 
