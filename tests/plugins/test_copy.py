@@ -6,10 +6,10 @@ from __future__ import annotations
 import itertools
 import struct
 
-import mlflow_monitor
 import numpy as np
 import pytest
 
+import mlflow_monitor
 import tensorboard_monitor
 import trackio_monitor
 import wandb_monitor
@@ -82,7 +82,7 @@ def test_copy_between_every_pair(sources, source, dest, tmp_path, capsys):
     assert len(expected) == 7
     assert points(dest, copied, float32) == expected
     assert sorted(step for t, step, _ in expected if t == "loss") == [0, 1, 3, 5, 5]
-    assert f"points: 7 of 7 arrived" in out
+    assert "points: 7 of 7 arrived" in out
 
     assert set(MODULES[dest].read_config(copied)) == set(MODULES[source].read_config(run)) \
         == set(CONFIG)

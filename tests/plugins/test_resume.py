@@ -5,18 +5,19 @@ from __future__ import annotations
 
 import json
 import signal
+import sqlite3
 import sys
 from pathlib import Path
 
-import mlflow_monitor
 import pytest
 from interpreter import run_python
-from mlflow_monitor.reader import client_for
 
+import mlflow_monitor
 import tensorboard_monitor
 import trackio_monitor
 import wandb_monitor
 from core_monitor import ConfigError, ConfigWarning, Monitor, NoRunToResume, RunInfo
+from mlflow_monitor.reader import client_for
 from wandb_monitor._compat import read_records
 from wandb_monitor.reader import run_folders
 
@@ -34,7 +35,7 @@ TRAIN = """
 import json, os, signal, sys
 from core_monitor import Monitor
 
-log_dir, first, last, resume, kill = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
+log_dir, first, last, resume, kill = sys.argv[1], *map(int, sys.argv[2:4]), *sys.argv[4:6]
 monitor = Monitor(["trackio", "tensorboard", "wandb", "mlflow"], project="preempt", name="job",
                   log_dir=log_dir, config={"lr": 0.1}, resume=resume)
 print(json.dumps({"resumed": monitor.run.resumed, "last_step": monitor.run.last_step,
@@ -58,7 +59,8 @@ def train(log_dir: Path, first: int, last: int, resume: str, kill: str) -> tuple
 
 
 def loss_steps(run: RunInfo) -> dict[str, list[int]]:
-    return {name: sorted(s for t, s, _ in read(run) if t == "loss") for name, read in READERS.items()}
+    return {name: sorted(s for t, s, _ in read(run) if t == "loss")
+            for name, read in READERS.items()}
 
 
 def test_a_killed_run_continues_as_one_run_in_every_backend(tmp_path):
@@ -68,18 +70,17 @@ def test_a_killed_run_continues_as_one_run_in_every_backend(tmp_path):
     assert first == {"resumed": False, "last_step": None,
                      "last_steps": dict.fromkeys(FOUR)}
     run = RunInfo(project="preempt", name="job", log_dir=log_dir)
-    assert loss_steps(run) == dict.fromkeys(FOUR, list(range(50))), "flush() before the kill"
+    assert loss_steps(run) == {name: list(range(50)) for name in FOUR}, "flush() before the kill"
 
     _, second = train(log_dir, 50, 100, "allow", "close")
     assert second == {"resumed": True, "last_step": 49, "last_steps": dict.fromkeys(FOUR, 49)}
-    assert loss_steps(run) == dict.fromkeys(FOUR, list(range(100)))
+    assert loss_steps(run) == {name: list(range(100)) for name in FOUR}
     values = {(s, v) for t, s, v in trackio_monitor.read_rows(run) if t == "loss"}
     assert values == {(s, 1.0 / (s + 1)) for s in range(100)}
 
     # One run per tracker: Trackio one run id; TensorBoard one folder (two event files);
     # wandb one run id in two offline folders; MLflow one run of that name.
     db = next((log_dir / "trackio").glob("*.db"))
-    import sqlite3
     with sqlite3.connect(db) as conn:
         ids = conn.execute("SELECT DISTINCT run_id FROM metrics").fetchall()
     assert len(ids) == 1

@@ -86,7 +86,8 @@ def check_classes(run: RunInfo, classes: Mapping[str, type]) -> None:
     """
     if run.resume == "never":
         return
-    lacking = [name for name, cls in classes.items() if not getattr(cls, "supports_resume", False)]
+    lacking = [name for name, cls in classes.items()
+               if not getattr(cls, "supports_resume", False)]
     if not lacking:
         return
     if run.resume == "must":
@@ -102,7 +103,8 @@ def check_classes(run: RunInfo, classes: Mapping[str, type]) -> None:
 def combined(run: RunInfo, missing: Mapping[str, str]) -> NoRunToResume:
     """The one ``NoRunToResume`` the ``Monitor`` raises for every backend without a run."""
     where = "; ".join(f"{name}: {text}" for name, text in missing.items())
-    log_dir = "the SDKs' default folders" if run.log_dir is None else f"log_dir={str(run.log_dir)!r}"
+    log_dir = ("the SDKs' default folders" if run.log_dir is None
+               else f"log_dir={str(run.log_dir)!r}")
     return NoRunToResume(
         f"resume='must' but {len(missing)} backend(s) have no run named {run.name!r} in "
         f"project {run.project!r} ({log_dir}) to continue: {where}. Nothing was logged. Fix: "
