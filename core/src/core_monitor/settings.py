@@ -216,6 +216,7 @@ def load_monitor_config(
         log_dir = "runs"                        # optional, relative to the current directory
         strict = false                          # optional
         rank_zero_only = true                   # optional
+        resume = "allow"                        # optional: "never", "allow" or "must"
         [config]                                # optional: hyperparameters
         lr = 3e-4
         [tensorboard]                           # optional: one installed backend's options
