@@ -139,7 +139,7 @@ def test_ddp_under_torchrun_writes_one_run_per_backend_from_rank_0(log_dir, tmp_
         readback.assert_rows(backend, run, oracle)
 
 
-def test_fit_from_ckpt_path_continues_the_same_run(log_dir, tmp_path):
+def test_fit_from_ckpt_path_resumes_the_same_run(log_dir, tmp_path):
     """One epoch, a checkpoint, the run closed (as a process ending would close it); then
     fit(ckpt_path=...) to epoch 2 with the same logger: one run in every backend, steps 0..11."""
     import lightning as L

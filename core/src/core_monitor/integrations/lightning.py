@@ -31,22 +31,29 @@ DEFAULT_PROJECT = "lightning_logs"
 
 
 def _fitting_from_checkpoint() -> bool:
-    """Whether a Lightning ``Trainer`` up the call stack runs from a checkpoint (its
-    ``ckpt_path`` set): Lightning hands a logger no trainer, and reads ``experiment`` from
-    inside the ``Trainer``'s own calls (its setup hook, ``_log_hyperparams``)."""
+    """Whether a Lightning ``Trainer`` up the call stack runs from a checkpoint: Lightning hands
+    a logger no trainer, and reads ``experiment`` from inside its own calls (the setup hook of
+    ``Trainer._run(model, ckpt_path=...)``, before the checkpoint is restored and
+    ``trainer.ckpt_path`` set), so the ``ckpt_path`` of the ``Trainer`` method running is
+    read, else ``trainer.ckpt_path``."""
     import sys
 
     trainer_class = getattr(sys.modules.get("lightning.pytorch"), "Trainer", None)
+    if trainer_class is None:
+        return False
+    found = None
     frame = sys._getframe(1)
     for _ in range(64):
-        if frame is None or trainer_class is None:
-            return False
-        for key in ("trainer", "self"):
-            candidate = frame.f_locals.get(key)
-            if isinstance(candidate, trainer_class):
-                return getattr(candidate, "ckpt_path", None) is not None
+        if frame is None:
+            break
+        local = frame.f_locals
+        for key in ("self", "trainer"):
+            if isinstance(local.get(key), trainer_class):
+                if key == "self" and "ckpt_path" in local:
+                    return local["ckpt_path"] is not None
+                found = found or local[key]
         frame = frame.f_back
-    return False
+    return found is not None and getattr(found, "ckpt_path", None) is not None
 
 
 class MonitorLogger(Logger):
