@@ -110,6 +110,14 @@ def test_dry_run_writes_nothing_and_a_missing_run_is_an_error(sources, tmp_path,
     assert "no run 'nope'" in capsys.readouterr().err
 
 
+def test_a_run_is_never_copied_into_itself(sources, capsys):
+    run = sources["tensorboard"]
+    assert cli.main(["copy", "tensorboard", "tensorboard", "--project", "move", "--name",
+                     "run1", "--log-dir", str(run.log_dir)]) == 2
+    assert "into itself" in capsys.readouterr().err
+    assert len(tensorboard_monitor.read_rows(run)) == 7
+
+
 def test_a_backend_without_a_reader_is_no_source(capsys):
     assert cli.main(["copy", "twin", "trackio", "--project", "p", "--name", "r"]) == 2
     err = capsys.readouterr().err

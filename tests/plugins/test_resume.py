@@ -154,3 +154,14 @@ def test_a_bad_resume_value_is_a_config_error(tmp_path, value):
     with pytest.raises(ConfigError, match=r"resume=.* is not one of 'never', 'allow', 'must'"):
         Monitor(["tensorboard"], project="p", log_dir=tmp_path, resume=value)
     assert not tmp_path.joinpath("p").exists()
+
+
+def test_must_names_only_the_backends_without_the_run(tmp_path):
+    with Monitor(["tensorboard"], project="p", name="half", log_dir=tmp_path) as monitor:
+        monitor.log({"loss": 1.0}, step=0)
+    with pytest.raises(NoRunToResume) as raised:
+        Monitor(["tensorboard", "trackio"], project="p", name="half", log_dir=tmp_path,
+                resume="must")
+    assert list(raised.value.missing) == ["trackio"]
+    assert tensorboard_monitor.read_rows(monitor.run) == [("loss", 0, 1.0)]
+    assert not (tmp_path / "trackio").exists()

@@ -124,7 +124,8 @@ def copy_run(
         The ``CopyReport``; ``complete`` is ``False`` when something did not arrive.
 
     Raises:
-        ConfigError: ``source`` has no reader; ``dest`` is unknown; a bad option.
+        ConfigError: ``source`` has no reader; ``dest`` is unknown; a bad option; the
+            destination run is the source run itself.
         CopyError: the source run does not exist, holds nothing, or its reader returns what
             the reader contract does not allow.
     """
@@ -165,6 +166,10 @@ def copy_run(
 
     to = RunInfo(project=to_project or project, name=to_name or name,
                  log_dir=Path(to_log_dir) if to_log_dir is not None else run.log_dir)
+    if dest == source and (to.project, to.name, to.log_dir) == (run.project, run.name,
+                                                              run.log_dir):
+        raise ConfigError(f"monitors copy {source} {dest} would write the run {name!r} into "
+                          "itself; give --to-log-dir, --to-project or --to-name")
     monitor = Monitor([dest], project=to.project, name=to.name, config=config,
                       log_dir=to.log_dir, strict=True, **{dest: dest_options})
     try:
