@@ -191,10 +191,15 @@ class MlflowMonitor(RowBuffer):
         ``last_step``), ``None`` when there is none; ``NoRunToResume`` for ``"must"``."""
         client, name = self._client, self.run.ranked_name
         found = client.get_experiment_by_name(experiment)
-        runs = [] if found is None else [
-            r for r in client.search_runs([found.experiment_id],
-                                          order_by=["attributes.start_time DESC"])
-            if r.info.run_name == name][:1]
+        runs = []
+        if found is not None:
+            quote = next((q for q in ("'", '"') if q not in name), None)
+            runs = [r for r in client.search_runs(
+                [found.experiment_id], order_by=["attributes.start_time DESC"],
+                filter_string="" if quote is None else
+                f"attributes.run_name = {quote}{name}{quote}",
+                max_results=1 if quote is not None else 50_000)
+                if r.info.run_name == name][:1]
         if not runs:
             if resume == "must":
                 raise NoRunToResume(f"mlflow: no run named {name!r} in experiment "
