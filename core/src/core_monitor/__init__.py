@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from .hookspecs import hookimpl, hookspec
     from .media import Histogram, Image, Text
     from .monitor import Monitor
+    from .resume import NoRunToResume
     from .run import RunInfo
 
 try:
@@ -53,6 +54,7 @@ _EXPORTS = {
     "Image": ".media",
     "Text": ".media",
     "Monitor": ".monitor",
+    "NoRunToResume": ".resume",
     "RunInfo": ".run",
 }
 
@@ -66,6 +68,7 @@ __all__ = [
     "Histogram",
     "Image",
     "Monitor",
+    "NoRunToResume",
     "RunInfo",
     "SdkVersionWarning",
     "TagMismatchError",

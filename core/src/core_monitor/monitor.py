@@ -26,6 +26,7 @@ from .errors import ConfigError
 from .events import MAX_STEP, Batch, Event, check_events, check_step, metric_rows, rows_by_step
 from .hyperparameters import sanitize_config
 from .media import MediaItem, media_taker
+from .resume import check_classes, check_resume, collect, raise_missing
 from .run import RunInfo, default_run_name, detect_rank
 from .settings import check_backend_keys, check_keywords, check_options, load_monitor_config
 
@@ -70,11 +71,17 @@ class Monitor:
             ``queue_size`` KiB (at most the system's largest pipe, 1 MiB on Linux).
         on_full: a full buffer makes ``log()`` wait (``"block"``, nothing lost) or drop that
             call for that backend only (``"drop"``: counted in ``dropped``, warned once).
+        resume: ``"never"`` (a new run), ``"allow"`` (continue the run of this project, name
+            and log_dir in every backend when it exists, else start it) or ``"must"``
+            (continue it; ``NoRunToResume`` naming each backend without it, nothing logged).
+            See ``core_monitor.resume``.
         **backend_options: one mapping per backend name, its keyword options, e.g.
             ``wandb={"mode": "offline"}``; an installed backend's are ignored when unselected.
 
     Attributes:
-        run: the ``RunInfo`` every backend got.
+        run: the ``RunInfo`` every backend got, with ``resumed`` and ``last_step`` filled
+            in after the start (``core_monitor.resume``).
+        last_steps: backend name -> the largest step its run already held (``None``: new run).
         failures: backend name -> hook calls of it that raised.
         dropped: backend name -> calls dropped for it (``on_full="drop"``).
         undelivered: backend name -> calls never written: still queued when
@@ -89,7 +96,8 @@ class Monitor:
             naming no installed backend (``logdir``: "did you mean 'log_dir'?"); an option the
             backend does not accept (naming backend, option and accepted ones); ``strict=True``
             and a disabled backend selected, or an unknown name in
-            ``EXPERIMENT_MONITORS_DISABLE``.
+            ``EXPERIMENT_MONITORS_DISABLE``; ``resume`` not one of its values.
+        core_monitor.resume.NoRunToResume: ``resume="must"`` and a backend has no such run.
         UnknownBackendError: a name that no installed distribution declares.
         BackendLoadError: a selected plugin or its SDK fails to import.
     """
@@ -107,6 +115,7 @@ class Monitor:
         dispatch: str = "process",
         queue_size: int = DEFAULT_QUEUE_SIZE,
         on_full: str = "block",
+        resume: str = "never",
         **backend_options: Mapping[str, Any],
     ) -> None:
         backends = check_keywords(backends, project, name, strict, rank_zero_only)
@@ -119,6 +128,7 @@ class Monitor:
             log_dir=Path(log_dir) if log_dir is not None else None,
             rank=rank,
             world_size=world_size,
+            resume=check_resume(resume),
         )
         self._dispatch = new_dispatch(dispatch, strict=strict, queue_size=queue_size,
                                       on_full=on_full)
@@ -135,6 +145,7 @@ class Monitor:
         self._tags: set[str] = set()
         self._next_step = 0
         self._reducer = Reducer()  # log(reduce=...): the ranks' agreed tags
+        self.last_steps: dict[str, int | None] = {}
         self._start(backends, backend_options, rank == 0 or not rank_zero_only)
         shutdown.register(self)
 
@@ -151,14 +162,22 @@ class Monitor:
             check_options(backend_name, cls, backend_options.get(backend_name) or {})
         if not write:
             return
+        check_classes(self.run, classes)  # resume="must": every backend can resume
         specs = [BackendSpec(name, cls, dict(backend_options.get(name) or {}))
                  for name, cls in classes.items()]
         try:
             self._dispatch.start(specs, self.run)
+            if self._dispatch.missing:  # resume="must": no backend writes, one error for all
+                self._dispatch.stop()
+                self._dispatch.close(None)
+                raise_missing(self.run, self._dispatch.missing)
         except BaseException:  # a ConfigError, or any start failure with strict=True
             self._closed = True
             raise
         self._dispatch.policy.deliver()  # the start's warnings, pointing at the caller
+        # What each backend found of an earlier run (core_monitor.resume).
+        self.run, self.last_steps, self._next_step = collect(self.run, {
+            name: facts["state"] for name, facts in self._dispatch.facts.items()})
 
     @classmethod
     def from_config(

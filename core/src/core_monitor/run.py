@@ -30,6 +30,11 @@ class RunInfo:
             default. A ``log_dir`` given here wins over ``TRACKIO_DIR`` / ``WANDB_DIR``.
         rank: this process's rank (0 for single-process training).
         world_size: number of processes in the job (1 for single-process training).
+        resume: ``"never"``, ``"allow"`` or ``"must"``: whether a backend continues the
+            existing run of this identity (``core_monitor.resume``; ``Monitor(resume=...)``).
+        resumed: (``Monitor.run`` only, after the start) some backend continued a run.
+        last_step: (``Monitor.run`` only) the largest step every continuing backend already
+            holds, ``None`` when there is nothing to skip (``core_monitor.resume.collect``).
     """
 
     project: str
@@ -38,6 +43,9 @@ class RunInfo:
     log_dir: Path | None = None
     rank: int = 0
     world_size: int = 1
+    resume: str = "never"
+    resumed: bool = False
+    last_step: int | None = None
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickle as the fields, ``config`` as a plain ``dict`` (a writer process gets the

@@ -33,7 +33,7 @@ else:  # pragma: no cover - exercised on 3.10 only
 
 #: ``Monitor`` keyword arguments besides ``backends``; any other keyword names a backend.
 MONITOR_KEYWORDS = ("project", "name", "config", "log_dir", "strict", "rank_zero_only",
-                    "dispatch", "queue_size", "on_full")
+                    "dispatch", "queue_size", "on_full", "resume")
 #: Top-level keys of a settings file (or mapping), besides one section per backend.
 FILE_KEYS = ("backends", *MONITOR_KEYWORDS)
 #: Comma-separated backends to select when neither code nor file does, e.g. ``trackio,wandb``.
@@ -217,6 +217,7 @@ def load_monitor_config(
         log_dir = "runs"                        # optional, relative to the current directory
         strict = false                          # optional
         rank_zero_only = true                   # optional
+        resume = "allow"                        # optional: "never", "allow" or "must"
         [config]                                # optional: hyperparameters
         lr = 3e-4
         [tensorboard]                           # optional: one installed backend's options

@@ -299,17 +299,20 @@ def test_tags_wandb_reserves_are_escaped_in_storage(monitor_factory):
     ]
 
 
-def test_an_open_run_reads_as_a_prefix_and_completes_at_close(monitor_factory):
+def test_an_open_run_reads_as_a_prefix_and_is_complete_after_flush(monitor_factory):
+    """wandb-core writes whole 32 KiB blocks: without a flush an open run reads as a prefix;
+    flush() writes the block through (so a killed process keeps every row)."""
     monitor = monitor_factory()
     for step in range(300):
         monitor.log({f"tag{i}": step + i / 8 for i in range(8)}, step=step)
-    monitor.flush()  # a no-op: wandb writes whole 32 KiB blocks until the run finishes
-    while_open = read_rows(monitor.run)
+    before_flush = read_rows(monitor.run)
+    monitor.flush()
+    after_flush = read_rows(monitor.run)
     monitor.close()
     after_close = read_rows(monitor.run)
     assert len(after_close) == 300 * 8
-    assert len(while_open) < len(after_close)
-    assert while_open == after_close[: len(while_open)]
+    assert before_flush == after_close[: len(before_flush)]
+    assert after_flush == after_close
 
 
 def test_a_corrupt_transaction_log_is_reported(monitor_factory):

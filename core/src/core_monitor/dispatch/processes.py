@@ -81,7 +81,7 @@ class WriterProcess:
         fd: the write end of the data pipe (non-blocking), or ``-1`` once closed.
         process: the ``subprocess.Popen`` of the writer.
         ready: ``None`` while starting, then ``True`` or the start failure (an exception).
-        facts: what the backend told at its start (``{"last_step": ...}``).
+        facts: what the backend told at its start (``Dispatch.facts``).
         handled: calls the writer reported done; ``skipped``: calls it never got.
         flushed: the last flush marker the writer answered.
         dead: the writer ended without being asked to (or was killed).

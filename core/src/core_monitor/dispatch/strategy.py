@@ -14,6 +14,7 @@ from typing import Any, ClassVar, NamedTuple
 
 from ..errors import BackendWarning, ConfigError
 from ..media import MediaRoutes
+from ..resume import NoRunToResume
 from ..run import RunInfo
 from .policy import Policy
 
@@ -38,7 +39,10 @@ class Dispatch:
         policy: as given.
         media: which media kinds each started backend is sent; what the others were not sent.
         hooks: started backend name -> the hooks it implements, in start order.
-        facts: started backend name -> what it told at its start (``{"last_step": ...}``).
+        facts: started backend name -> what it told at its start: ``{"state": (resumed,
+            last_step)}`` (``core_monitor.resume.backend_state``).
+        missing: backend name -> the ``NoRunToResume`` it raised (``resume="must"``): it
+            was not started; the ``Monitor`` raises one error naming them all.
         dropped: backend name -> calls dropped because its buffer was full (``"drop"``).
         undelivered: backend name -> calls that never reached it (``close`` gave up, or the
             backend's thread or process had died).
@@ -53,6 +57,7 @@ class Dispatch:
         self.media = MediaRoutes()
         self.hooks: dict[str, frozenset[str]] = {}
         self.facts: dict[str, dict[str, Any]] = {}
+        self.missing: dict[str, NoRunToResume] = {}
         self.dropped: dict[str, int] = {}
         self.undelivered: dict[str, int] = {}
         self._told: set[tuple[str, str]] = set()  # (backend, optional hook) warned about
@@ -111,7 +116,10 @@ class Dispatch:
 
     def _start_failed(self, name: str, error: BaseException) -> None:
         """A backend did not start: raise (``ConfigError``, or any error when strict) or set
-        it aside under the failure policy."""
+        it aside under the failure policy. A missing run to resume is kept in ``missing``."""
+        if isinstance(error, NoRunToResume):
+            self.missing[name] = error
+            return
         if isinstance(error, ConfigError) or self.policy.strict:
             raise error
         self.policy.failed(name, "start", error)

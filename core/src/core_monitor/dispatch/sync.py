@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ..resume import backend_state
 from .backends import Backend, new_manager, start_backend
 from .strategy import BackendSpec, Dispatch
 
@@ -43,7 +44,7 @@ class SyncDispatch(Dispatch):
         self.media.add(backend.name, media_kinds, backend.hooks)
         self.backends.append(backend)
         self.hooks[backend.name] = frozenset(backend.hooks)
-        self.facts[backend.name] = {"last_step": getattr(backend.instance, "last_step", None)}
+        self.facts[backend.name] = {"state": backend_state(backend.instance)}
         if "monitor_write" in backend.hooks:
             self._writers.append((backend.name, backend.hooks["monitor_write"]))
 

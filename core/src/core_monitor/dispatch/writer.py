@@ -37,6 +37,7 @@ from typing import Any
 
 from .. import shutdown
 from ..media import MediaRoutes
+from ..resume import backend_state
 from . import wire
 from .backends import Backend, new_manager, start_backend
 
@@ -114,7 +115,7 @@ class Writer:
             self.reply("start_failed", wire.exception_parts(error))
             return False
         self.backend = backend
-        self.reply("ready", {"last_step": getattr(backend.instance, "last_step", None)})
+        self.reply("ready", {"state": backend_state(backend.instance)})
         return True
 
     # The loop ----------------------------------------------------------------------------

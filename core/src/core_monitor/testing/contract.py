@@ -16,6 +16,7 @@ from ..monitor import Monitor
 from ..run import RunInfo
 from ._media import MediaChecks
 from ._messages import same, short, step_hint, stored_as, value_hint
+from ._resume import ResumeChecks
 from ._runs import RunChecks, marked
 from ._steps import StepChecks
 from .factory import MonitorFactory
@@ -47,7 +48,7 @@ def _is_value(raw: Any) -> bool:
     return False
 
 
-class MonitorContract(StepChecks, RunChecks, MediaChecks):
+class MonitorContract(StepChecks, RunChecks, MediaChecks, ResumeChecks):
     """Abstract test class: subclass it and say what to test with class attributes::
 
         class TestMyBackend(MonitorContract):

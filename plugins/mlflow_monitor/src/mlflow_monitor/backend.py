@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from core_monitor import BackendWarning, ConfigError, Event, RunInfo, hookimpl
+from core_monitor.resume import NoRunToResume
 
 from . import _compat, output
 from .media import MEDIA_KINDS, MediaWriter
@@ -68,6 +69,14 @@ class MlflowMonitor:
     The config is stored as params (``storage.param_value``). Images and text are stored as
     run artifacts at the caller's step when ``monitor_write_media`` runs (``media``); MLflow
     has no histogram, so ``media_kinds`` leaves it out and the core skips histograms here.
+
+    Resume (``run.resume``, unless ``run_id`` is given): with ``"allow"`` or ``"must"`` the
+    newest run named ``run.ranked_name`` in the experiment is reopened (status ``RUNNING``
+    again, then ``FINISHED`` at close) and logged to; ``last_step`` is the largest step of its
+    metrics. A step logged again is a second point at that step in the metric's history (the
+    run page's chart draws both, ``get_metric_history`` returns both). ``"must"`` with no such
+    run raises ``NoRunToResume`` before anything is created (no local store, no experiment,
+    no run).
 
     Rows are buffered and sent with ``MlflowClient.log_batch`` (at most ``batch_size`` metrics
     per request) when the buffer holds ``batch_size`` scalars, when a ``log`` finds the oldest
@@ -126,6 +135,8 @@ class MlflowMonitor:
     #: ``monitor_write_media`` stores images and text as run artifacts (``media``); MLflow has
     #: no histogram, so the core skips histograms for this backend.
     media_kinds: ClassVar[frozenset[str]] = MEDIA_KINDS
+    #: ``run.resume`` reopens the run of that name in the experiment (see "Resume" above).
+    supports_resume: ClassVar[bool] = True
     #: The MLflow versions this plugin is tested with; outside them the core warns once.
     tested_sdk: ClassVar[str | None] = _compat.TESTED
 
@@ -172,7 +183,13 @@ class MlflowMonitor:
         self._last_ms: dict[str, int] = {}
         self._params: dict[str, str] = {}  # stored key -> stored value, as MLflow has it
 
+        resume = run.resume if run_id is None else "never"  # a run_id given wins
+        #: Whether an earlier run was continued; the largest step it held (``None``: none).
+        self.resumed, self.last_step = False, None
         if tracking_uri is None and not mlflow.is_tracking_uri_set() and run.log_dir is not None:
+            if resume == "must" and not (run.log_dir / "mlflow" / "mlflow.db").exists():
+                raise NoRunToResume(f"mlflow: no local store at "
+                                    f"{str(run.log_dir / 'mlflow' / 'mlflow.db')!r}")
             (run.log_dir / "mlflow").mkdir(parents=True, exist_ok=True)
             tracking_uri = local_store_uri(run.log_dir)
         with output.hidden(quiet):  # a new local store logs its table creation
@@ -181,10 +198,14 @@ class MlflowMonitor:
         self.tracking_uri = self._client.tracking_uri
         with self._limits(), output.hidden(quiet):
             try:
+                if resume != "never":
+                    run_id = self._earlier_run(experiment or run.project, resume)
                 self.run_id, self.experiment_id = self._start_run(
                     experiment or run.project, dict(tags or {}), run_id,
-                    sqlite_artifact_root(self.tracking_uri),
+                    sqlite_artifact_root(self.tracking_uri), resumed=self.resumed,
                 )
+            except NoRunToResume:
+                raise
             except Exception as error:
                 raise MlflowDeliveryError(
                     f"mlflow: could not start the run at {self.tracking_uri}: "
@@ -193,6 +214,30 @@ class MlflowMonitor:
         self._media = MediaWriter(self._client, self.run_id)
         if run.config:
             self._send_config(run.config)
+
+    def _earlier_run(self, experiment: str, resume: str) -> str | None:
+        """The id of the newest run of this name in ``experiment`` (setting ``resumed`` and
+        ``last_step``), ``None`` when there is none; ``NoRunToResume`` for ``"must"``."""
+        client, name = self._client, self.run.ranked_name
+        found = client.get_experiment_by_name(experiment)
+        runs = []
+        if found is not None:
+            quote = next((q for q in ("'", '"') if q not in name), None)
+            runs = [r for r in client.search_runs(
+                [found.experiment_id], order_by=["attributes.start_time DESC"],
+                filter_string="" if quote is None else
+                f"attributes.run_name = {quote}{name}{quote}",
+                max_results=1 if quote is not None else 50_000)
+                if r.info.run_name == name][:1]
+        if not runs:
+            if resume == "must":
+                raise NoRunToResume(f"mlflow: no run named {name!r} in experiment "
+                                    f"{experiment!r} at {self.tracking_uri}")
+            return None
+        self.resumed = True
+        self.last_step = max((int(m.step) for m in runs[0].data.to_proto().metrics),
+                             default=None)
+        return runs[0].info.run_id
 
     @classmethod
     def check_sdk(cls) -> list[str]:
@@ -339,14 +384,15 @@ class MlflowMonitor:
         return _compat.request_limits(self.request_timeout, self.max_retries)
 
     def _start_run(
-        self, experiment: str, tags: dict[str, Any], run_id: str | None, artifacts: str | None
+        self, experiment: str, tags: dict[str, Any], run_id: str | None, artifacts: str | None,
+        resumed: bool = False,
     ) -> tuple[str, str]:
         client = self._client
         name = self.run.ranked_name
         if run_id is not None:
             existing = client.get_run(run_id)
             experiment_id = existing.info.experiment_id
-            if self.run.rank == 0:
+            if self.run.rank == 0 or resumed:  # resumed: this rank's own run
                 self._params.update(existing.data.params)
                 client.update_run(run_id, status="RUNNING")
                 for key, value in tags.items():

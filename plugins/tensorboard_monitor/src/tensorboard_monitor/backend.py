@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from core_monitor import ConfigError, Event, RunInfo, hookimpl
 from core_monitor.events import rows_by_step
 from core_monitor.media import MEDIA_KINDS, MediaItem
+from core_monitor.resume import NoRunToResume
 
-from . import _compat, media
+from . import _compat, media, reader
 from .storage import event_folder, hparam_value
 from .storage import run_dir as _run_dir
 
@@ -43,6 +44,15 @@ class TensorBoardMonitor:
     TensorBoard's HParams plugin keeps the first ``session_start_info`` of a run and ignores
     later ones, so config given after that point cannot reach the HParams tab: it raises a
     ``RuntimeWarning`` naming the keys.
+
+    Resume (``run.resume``, ``Monitor(resume=...)``): with ``"allow"`` or ``"must"`` and event
+    files already in the run's folder, the run continues there: a new event file beside the
+    old ones (how TensorBoard itself continues a run; it reads a folder's files in name order as
+    one run), no second HParams session (TensorBoard keeps the first; later config is not
+    written and not warned about). ``last_step`` is the largest step stored before. A step
+    logged again appears twice in the run: TensorBoard's scalar charts draw both points in
+    file order (a line going back), ``read_rows`` returns both. ``"must"`` with no event file
+    raises ``NoRunToResume`` before any folder or file is created.
 
     Args:
         run: the run (project, name, config, log_dir, rank) from the core.
@@ -79,6 +89,8 @@ class TensorBoardMonitor:
     stores_config: ClassVar[bool] = True
     #: ``monitor_write_media`` stores images, histograms and text (see ``media``).
     media_kinds: ClassVar[frozenset[str]] = MEDIA_KINDS
+    #: ``run.resume`` continues the run's folder (see "Resume" above).
+    supports_resume: ClassVar[bool] = True
 
     #: The TensorBoard versions this plugin is tested with; outside them the core warns once.
     tested_sdk: ClassVar[str | None] = _compat.TESTED
@@ -128,6 +140,8 @@ class TensorBoardMonitor:
         folder = (event_folder(run_dir, rank=run.rank) if run_dir is not None
                   else _run_dir(run.project, run.name, run.log_dir, rank=run.rank))
         sdk = _compat.sdk()
+        #: Whether an earlier run was continued; the largest step it held (``None``: none).
+        self.resumed, self.last_step = _earlier_run(run, folder, run_dir)
         self.run = run
         #: The folder this run's event file is in (absolute).
         self.log_dir = folder
@@ -143,7 +157,8 @@ class TensorBoardMonitor:
         self._add_event = self._writer.add_event
         self._start_time = time.time()
         self._config = dict(run.config)
-        self._hparams = hparams and run.rank == 0  # HParams are written on rank 0 only
+        # HParams are written on rank 0 only, once per run (a resumed run has them)
+        self._hparams = hparams and run.rank == 0 and not self.resumed
         self._hparams_pending = self._hparams  # False once written
 
     def _write_hparams(self) -> None:
@@ -222,6 +237,18 @@ class TensorBoardMonitor:
                 self._write_hparams()
             self._closed = True
             self._writer.close()
+
+
+def _earlier_run(run: RunInfo, folder: Any, run_dir: Any) -> tuple[bool, int | None]:
+    """``(resumed, last_step)`` for ``run.resume``; raise ``NoRunToResume`` for ``"must"``
+    when the folder holds no event file (nothing is created before)."""
+    if run.resume == "never":
+        return False, None
+    if folder.is_dir() and any(folder.glob("*tfevents*")):
+        return True, reader.last_step(run, run_dir=run_dir)
+    if run.resume == "must":
+        raise NoRunToResume(f"no TensorBoard event file in {str(folder)!r}")
+    return False, None
 
 
 def _check_options(flush_secs: Any, max_queue: Any, filename_suffix: Any, hparams: Any) -> None:

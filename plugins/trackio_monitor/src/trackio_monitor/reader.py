@@ -30,7 +30,7 @@ from .storage import (
     original_tag,
 )
 
-__all__ = ["count_rows", "read_config", "read_media", "read_rows"]
+__all__ = ["count_rows", "earlier_run", "read_config", "read_media", "read_rows"]
 
 
 def read_rows(run: RunInfo) -> list[tuple[str, int, float]]:
@@ -142,6 +142,30 @@ def count_rows(db: Path, run_id: str) -> int:
                 return 0
             raise
     return int(count)
+
+
+def earlier_run(db: Path, name: str) -> tuple[str | None, int | None]:
+    """``(run id, largest step)`` of the latest run named ``name`` in the database ``db``
+    (what ``resume`` continues); ``(None, None)`` when the database or the run does not exist.
+    Reading never creates the database.
+
+    Raises:
+        sqlite3.Error: the database cannot be read.
+    """
+    if not db.exists():
+        return None, None
+    with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)) as conn:
+        run_id = latest_run_id(conn, name)
+        steps = [] if run_id is None else [
+            _step(step) for (step,) in conn.execute(
+                "SELECT step FROM metrics WHERE run_id = ?", (run_id,))]
+    return run_id, max(steps, default=None)
+
+
+def _step(step: Any) -> int:
+    if isinstance(step, bytes):  # a numpy integer step, stored by SQLite as a BLOB
+        return int.from_bytes(step, sys.byteorder, signed=True)
+    return int(step)
 
 
 def _stored_rows(run: RunInfo) -> Iterator[tuple[int, dict[str, Any]]]:

@@ -11,8 +11,9 @@ from core_monitor import ConfigError, Event, RunInfo, hookimpl
 from core_monitor.compat import ensure_sdk
 from core_monitor.events import rows_by_step
 from core_monitor.media import MEDIA_KINDS
+from core_monitor.resume import NoRunToResume
 
-from . import _compat, media, service
+from . import _compat, media, reader, service
 from .storage import DEFAULT_STEP_METRIC, ESCAPE, ESCAPED_FIRST, escaped
 
 if TYPE_CHECKING:
@@ -43,6 +44,16 @@ class WandbMonitor:
     ``run.config`` goes in as the run's config (``Monitor.log_config`` merges more keys into
     it), ``run.project``/``run.name`` as project and display name (``<name>-rank<r>`` on a
     rank ``r > 0``).
+
+    Resume (``run.resume``): with ``"allow"`` or ``"must"`` the run continues the latest run of
+    that project and name found under ``log_dir`` (``reader.run_folders``): ``wandb.init(id=
+    <its id>, resume="allow")``. Offline, that is a new ``offline-run-*`` folder with the same
+    run id; ``wandb sync <log_dir>/wandb/offline-run-*`` uploads the folders in start order into
+    one run. ``last_step``: the largest step the run held. A step logged again is a second
+    history row with that ``global_step`` (charts over ``global_step`` draw both points; wandb's
+    own ``_step`` keeps counting). ``"must"`` with no such folder raises ``NoRunToResume``
+    before any folder is created (an online run not found locally is not searched for on the
+    server).
 
     Args:
         run: the run (project, name, config, log_dir, rank) from the core.
@@ -80,6 +91,8 @@ class WandbMonitor:
     stores_config: ClassVar[bool] = True
     #: ``monitor_write_media`` stores images, histograms and text (see ``media``).
     media_kinds: ClassVar[frozenset[str]] = MEDIA_KINDS
+    #: ``run.resume`` continues the run of that project and name (see "Resume" above).
+    supports_resume: ClassVar[bool] = True
 
     #: The wandb versions this plugin is tested with; outside them the core warns once.
     tested_sdk: ClassVar[str | None] = _compat.TESTED
@@ -136,6 +149,16 @@ class WandbMonitor:
                 init[key] = value
         if tags is not None:
             init["tags"] = tuple(tags)
+        #: Whether an earlier run was continued; the largest step it held (``None``: none).
+        self.resumed, self.last_step = False, None
+        if run.resume != "never":
+            run_id, self.last_step = reader.earlier_run(run)
+            if run_id is not None:
+                self.resumed = True
+                init["id"], init["resume"] = run_id, "allow"
+            elif run.resume == "must":
+                raise NoRunToResume(f"wandb: no run folder of run {run.ranked_name!r} under "
+                                    f"{str(run.log_dir or 'WANDB_DIR')!r}")
         if run.log_dir is not None:  # given log_dir wins over WANDB_DIR
             log_dir = Path(run.log_dir).absolute()
             log_dir.mkdir(parents=True, exist_ok=True)
@@ -185,7 +208,16 @@ class WandbMonitor:
 
     @hookimpl
     def monitor_flush(self) -> None:
-        """Do nothing: wandb has no public flush; rows are on disk after ``monitor_close``."""
+        """Make every row logged so far reach the run's ``.wandb`` file on disk, so that it
+        survives the process being killed (``_compat.write_through``: wandb has no flush of
+        its own). Rows are complete for the readers after ``monitor_close``.
+
+        Raises:
+            TimeoutError: wandb-core did not write them within
+                ``_compat.WRITE_THROUGH_TIMEOUT`` seconds.
+        """
+        if not self._closed and self.run_file is not None:
+            _compat.write_through(self._run, self.run_file)
 
     @hookimpl
     def monitor_config(self, config: Mapping[str, Any]) -> None:
