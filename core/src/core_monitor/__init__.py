@@ -16,14 +16,17 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .errors import (
+        BackendError,
         BackendLoadError,
         BackendWarning,
         ConfigError,
         ConfigWarning,
         FlushTimeout,
+        RemoteTraceback,
         SdkVersionWarning,
         TagMismatchError,
         UnknownBackendError,
+        WriterDied,
     )
     from .events import Event
     from .hookspecs import hookimpl, hookspec
@@ -39,14 +42,17 @@ except PackageNotFoundError:  # running from a source tree that is not installed
 
 #: Public name -> the module defining it.
 _EXPORTS = {
+    "BackendError": ".errors",
     "BackendLoadError": ".errors",
     "BackendWarning": ".errors",
     "ConfigError": ".errors",
     "ConfigWarning": ".errors",
     "FlushTimeout": ".errors",
+    "RemoteTraceback": ".errors",
     "SdkVersionWarning": ".errors",
     "TagMismatchError": ".errors",
     "UnknownBackendError": ".errors",
+    "WriterDied": ".errors",
     "Event": ".events",
     "hookimpl": ".hookspecs",
     "hookspec": ".hookspecs",
@@ -59,6 +65,7 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "BackendError",
     "BackendLoadError",
     "BackendWarning",
     "ConfigError",
@@ -69,11 +76,13 @@ __all__ = [
     "Image",
     "Monitor",
     "NoRunToResume",
+    "RemoteTraceback",
     "RunInfo",
     "SdkVersionWarning",
     "TagMismatchError",
     "Text",
     "UnknownBackendError",
+    "WriterDied",
     "__version__",
     "hookimpl",
     "hookspec",

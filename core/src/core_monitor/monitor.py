@@ -163,7 +163,8 @@ class Monitor:
         if not write:
             return
         check_classes(self.run, classes)  # resume="must": every backend can resume
-        specs = [BackendSpec(name, cls, dict(backend_options.get(name) or {}))
+        specs = [BackendSpec(name, cls, dict(backend_options.get(name) or {}),
+                             installed=not isinstance(found[name], type))
                  for name, cls in classes.items()]
         try:
             self._dispatch.start(specs, self.run)

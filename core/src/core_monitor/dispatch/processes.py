@@ -23,9 +23,10 @@ reply pipe, read by one thread, and are reported on the caller's thread at its n
 to exit, all at once, at most ``timeout`` seconds; a writer still running then is killed and
 its calls counted in ``undelivered``; every writer is reaped.
 
-A backend class that a fresh interpreter cannot import by module path (defined in
-``__main__``, a notebook cell, a test function) or whose options do not pickle runs in a
-worker thread instead (``threads.ThreadDispatch``), with one INFO log line. Where no writer can
+A backend class that a fresh interpreter might not import by module path (defined in
+``__main__``, a notebook cell, a test module or function: anything but an installed
+distribution or a folder on ``PYTHONPATH``) or whose options do not pickle runs in a worker
+thread instead (``threads.ThreadDispatch``), with one INFO log line. Where no writer can
 be started (no ``fork``/``exec``, no pipes) every backend runs in a thread, with one warning.
 """
 
@@ -58,8 +59,8 @@ from .backends import hook_names
 from .policy import Policy
 from .strategy import BackendSpec, Dispatch
 from .threads import ThreadDispatch
-from .writer import HANDLED, SHARED_BYTES
 from .warn import report_drop, report_lost
+from .writer import HANDLED, SHARED_BYTES
 
 logger = logging.getLogger("core_monitor")
 
@@ -368,8 +369,9 @@ class ProcessDispatch(Dispatch):
                 if self.dropped[writer.name] == 1:
                     report_drop(writer.name, f"its pipe is full (queue_size={self.capacity})")
                 return
-        self.undelivered[writer.name] = self.undelivered.get(writer.name, 0) + 1
-        writer.skipped += 1
+        if not writer.dead:  # a dead writer's calls are counted once, at close
+            self.undelivered[writer.name] = self.undelivered.get(writer.name, 0) + 1
+            writer.skipped += 1
         self._forget(writer)
 
     def _forget(self, writer: WriterProcess) -> None:
@@ -437,6 +439,11 @@ class ProcessDispatch(Dispatch):
                              "close(timeout=%s) and was killed", writer.name, timeout)
         if self._reader is not None:
             self._reader.join(timeout=10)
+        for writer in self.writers:
+            if writer.dead:  # what it held when it died, and what was sent after
+                lost = self._lost(writer)
+                if lost:
+                    self.undelivered[writer.name] = self.undelivered.get(writer.name, 0) + lost
         if self.threads is not None:
             self.threads.close(None if deadline is None else max(
                 0.0, deadline - time.monotonic()), report=False)
@@ -555,36 +562,22 @@ def _wait_writable(writer: WriterProcess, deadline: float) -> bool:
 _installed_packages = functools.lru_cache(maxsize=1)(packages_distributions)
 
 
-@functools.cache
-def _fresh_path() -> tuple[str, ...]:
-    """``sys.path`` of a fresh ``python -m`` started here (the writer's): the folders a class
-    must come from to be importable there."""
-    try:
-        out = subprocess.run([sys.executable, "-c", "import sys; print('\\0'.join(sys.path))"],
-                             capture_output=True, text=True, timeout=60, check=True).stdout
-    except (OSError, subprocess.SubprocessError):
-        return ()
-    return tuple(os.path.abspath(p or os.curdir) for p in out.rstrip("\n").split("\0"))
-
-
 def _why_not_in_a_process(spec: BackendSpec, run: RunInfo) -> str | None:
-    """Why ``spec`` cannot run in a writer process, or ``None`` when it can."""
+    """Why ``spec`` cannot run in a writer process, or ``None`` when it can: its class must
+    come from an installed distribution (an entry point's always does) or from a folder on
+    ``PYTHONPATH``, which a fresh interpreter imports alike; a class of a script, a notebook,
+    a test module or a function runs in a worker thread."""
     cls = spec.cls
     if cls.__module__ == "__main__" or "<locals>" in cls.__qualname__:
         return f"its class {cls.__qualname__} is defined in {cls.__module__} (not importable)"
-    top = cls.__module__.split(".")[0]
-    if top in _installed_packages():  # installed (or installed editable): importable
-        return _options_problem(spec, run)
-    module = sys.modules.get(cls.__module__)
-    origin = getattr(getattr(module, "__spec__", None), "origin", None)
-    if origin is None:
-        return f"its module {cls.__module__} has no file"
-    depth = cls.__module__.count(".") + (os.path.basename(origin).startswith("__init__."))
-    root = os.path.abspath(origin)
-    for _ in range(depth + 1):
-        root = os.path.dirname(root)
-    if root not in _fresh_path():
-        return f"its module {cls.__module__} is not on a fresh interpreter's path"
+    if not spec.installed and cls.__module__.split(".")[0] not in _installed_packages():
+        module = sys.modules.get(cls.__module__)
+        origin = getattr(getattr(module, "__spec__", None), "origin", None) or ""
+        roots = [os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+                 if p]
+        if not any(os.path.abspath(origin).startswith(root + os.sep) for root in roots):
+            return (f"its module {cls.__module__} is neither installed nor on PYTHONPATH, so "
+                    "a fresh interpreter may not import it")
     return _options_problem(spec, run)
 
 

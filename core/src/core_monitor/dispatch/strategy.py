@@ -20,11 +20,13 @@ from .policy import Policy
 
 
 class BackendSpec(NamedTuple):
-    """A backend to start: the name it was selected by, its class, the user's options."""
+    """A backend to start: the name it was selected by, its class, the user's options, and
+    whether the class came from an installed entry point (so any interpreter imports it)."""
 
     name: str
     cls: type
     options: Mapping[str, Any]
+    installed: bool = False
 
 
 class Dispatch:

@@ -34,6 +34,7 @@ SUPPLIED: dict[str, str | None] = {
     "read_config": None,
     "read_media": None,
     "backend_options": None,
+    "dispatch": None,
 }
 #: Callables a supplied class attribute may hold, as opposed to a pytest fixture of the same
 #: name (a fixture is an object pytest made, or on pytest < 8.4 a function taking ``self``).
@@ -57,6 +58,8 @@ class MonitorContract(StepChecks, RunChecks, MediaChecks, ResumeChecks):
             read_config = staticmethod(my_monitor.read_config)   # with stores_config = True
             read_media = staticmethod(my_monitor.read_media)     # with media_kinds declared
             backend_options = {"flush_secs": 1}            # optional: the backend's options
+            dispatch = "thread"    # optional: the kit's monitors run the backend in a writer
+                                   # process ("process", the default), a thread, or "sync"
 
     Each of these may instead be a pytest fixture of the same name, which is how a value that
     depends on another fixture is given (a reader bound to a test server's address, say).
@@ -115,6 +118,7 @@ class MonitorContract(StepChecks, RunChecks, MediaChecks, ResumeChecks):
         read_config: Any
         read_media: Any
         backend_options: Any
+        dispatch: Any
     else:
         @pytest.fixture
         def backend_class(self) -> type:
@@ -146,6 +150,13 @@ class MonitorContract(StepChecks, RunChecks, MediaChecks, ResumeChecks):
             """The backend's keyword options for every monitor the kit builds (default none)."""
             return dict(self._given("backend_options"))
 
+        @pytest.fixture
+        def dispatch(self) -> str:
+            """The ``Monitor(dispatch=...)`` of the kit's monitors: ``"process"`` (the default,
+            what users get), or ``"thread"`` for a backend written for a test that keeps its
+            rows in this process's memory."""
+            return self._given("dispatch") or "process"
+
     @pytest.fixture
     def capabilities(self, backend_class: type) -> Capabilities:
         """The class attributes the kit reads (``hookspecs.Capabilities``), checked."""
@@ -156,7 +167,7 @@ class MonitorContract(StepChecks, RunChecks, MediaChecks, ResumeChecks):
 
     @pytest.fixture
     def make_monitor(
-        self, backend_class: type, backend_options: dict[str, Any], tmp_path: Any
+        self, backend_class: type, backend_options: dict[str, Any], dispatch: str, tmp_path: Any
     ) -> Iterator[Callable[..., Monitor]]:
         """Real monitors around the backend only (``strict=True``); closed at teardown.
 
@@ -169,6 +180,7 @@ class MonitorContract(StepChecks, RunChecks, MediaChecks, ResumeChecks):
         def make(backend: type | None = None, **kwargs: Any) -> Monitor:
             cls = backend or backend_class
             kwargs.setdefault(Monitor.backend_name(cls), backend_options)
+            kwargs.setdefault("dispatch", dispatch)
             return factory([cls], **kwargs)
 
         yield make
