@@ -37,6 +37,12 @@ def _read_only(mapping: dict[Any, Any]) -> MappingProxyType[Any, Any]:
 _TABLE = {**copyreg.dispatch_table,
           MappingProxyType: lambda proxy: (_read_only, (dict(proxy),))}
 
+#: The memory a writer shares with the training process: byte 0 is 1 while a hook runs;
+#: bytes 8-15 count the calls handled (what ``close`` counts as undelivered when it gives up on
+#: a hung writer).
+SHARED_BYTES = 16
+HANDLED = struct.Struct("<Q")
+
 HEADER = struct.Struct("<II")
 LENGTH = struct.Struct("<Q")
 _dumps = pickle.dumps

@@ -30,7 +30,6 @@ import mmap
 import os
 import select
 import signal
-import struct
 import sys
 import threading
 import time
@@ -42,6 +41,7 @@ from ..media import MediaRoutes
 from ..resume import backend_state
 from . import wire
 from .backends import Backend, new_manager, start_backend
+from .wire import HANDLED, SHARED_BYTES
 
 #: Seconds between non-blocking reads while calls keep coming.
 POLL_SECONDS = 0.02
@@ -56,10 +56,7 @@ READ_BYTES = 1 << 20
 DRAIN_SECONDS = shutdown.EXIT_TIMEOUT
 #: How much lower than the training process a writer runs (``os.nice``).
 NICE = 10
-#: The shared flag's size: byte 0 is 1 while a hook runs; bytes 8-15 count the calls handled
-#: (what ``close`` counts as undelivered when it gives up on a hung writer).
-SHARED_BYTES = 16
-HANDLED = struct.Struct("<Q")
+
 
 
 class Writer:
