@@ -482,6 +482,7 @@ import core_monitor
 
 loader: Any
 train_step: Any
+total_steps: int
 scheduler: Any
 local_loss: float
 step: int

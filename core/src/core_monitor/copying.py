@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
 from . import discovery
 from .errors import ConfigError
@@ -171,7 +171,7 @@ def copy_run(
         raise ConfigError(f"monitors copy {source} {dest} would write the run {name!r} into "
                           "itself; give --to-log-dir, --to-project or --to-name")
     monitor = Monitor([dest], project=to.project, name=to.name, config=config,
-                      log_dir=to.log_dir, strict=True, **{dest: dest_options})
+                      log_dir=to.log_dir, strict=True, **cast(dict[str, Any], {dest: dest_options}))
     try:
         _write(monitor, rows, sent_media)
     finally:

@@ -281,9 +281,6 @@ class Backend(Protocol):
     def monitor_close(self) -> None:
         """See the ``monitor_close`` hook specification above."""
 
-    def monitor_crash(self, reason: str) -> None:
-        """See the ``monitor_crash`` hook specification above."""
-
 
 class MediaBackend(Backend, Protocol):
     """A ``Backend`` that stores media: it declares the kinds and has the media hook.

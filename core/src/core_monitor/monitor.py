@@ -253,7 +253,8 @@ class Monitor:
             raise TypeError(f"log() takes a mapping of {{tag: value}}, not "
                             f"{type(metrics).__name__}; e.g. monitor.log({{'loss': 0.5}}, step=1)")
         known = self._tags
-        rows = media = None  # the common case: every tag known, every value a float
+        rows: list[dict[str, float]] | None = None  # the common case: every tag known, every
+        media: list[tuple[str, Any]] | None = None  # value a float
         for tag, value in metrics.items():
             if type(value) is not float or tag not in known:
                 media = []  # (tag, media value), taken out of the rows

@@ -58,6 +58,7 @@ from .backends import hook_names
 from .policy import Policy
 from .strategy import BackendSpec, Dispatch
 from .threads import ThreadDispatch
+from .writer import HANDLED, SHARED_BYTES
 from .warn import report_drop, report_lost
 
 logger = logging.getLogger("core_monitor")
@@ -103,7 +104,7 @@ class WriterProcess:
         try:
             if busy_fd >= 0:
                 os.ftruncate(busy_fd, mmap.PAGESIZE)
-            self.busy = mmap.mmap(busy_fd, 1) if busy_fd >= 0 else None
+            self.busy = mmap.mmap(busy_fd, SHARED_BYTES) if busy_fd >= 0 else None
             _resize(self.fd, capacity * BYTES_PER_CALL)
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "core_monitor.dispatch.writer",
@@ -137,6 +138,13 @@ class WriterProcess:
     def idle(self) -> bool:
         """Whether the writer is between reads (not inside a hook)."""
         return self.busy is None or self.busy[0] == 0
+
+    def calls_handled(self) -> int:
+        """Calls the writer has handled: counted live in the shared memory, else as last
+        replied."""
+        if self.busy is not None:
+            return max(self.handled, HANDLED.unpack_from(self.busy, 8)[0])
+        return self.handled
 
     def close_pipe(self) -> None:
         """Close the data pipe's write end: the writer sees the end of its input."""
@@ -442,7 +450,7 @@ class ProcessDispatch(Dispatch):
 
     def _lost(self, writer: WriterProcess) -> int:
         """Calls sent to ``writer`` that it has not reported done."""
-        return max(0, self.sent - writer.skipped - writer.handled)
+        return max(0, self.sent - writer.skipped - writer.calls_handled())
 
     def _stop_writer(self, writer: WriterProcess) -> None:
         """Kill ``writer`` and reap it."""

@@ -32,7 +32,7 @@ import contextlib
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from itertools import repeat
 from queue import Empty, SimpleQueue
 from typing import Any
@@ -67,7 +67,7 @@ def in_worker() -> bool:
 
 
 _put = SimpleQueue.put
-_consume = deque(maxlen=0).extend  # runs an iterator to its end, in C
+_consume: Callable[[Iterable[Any]], None] = deque(maxlen=0).extend  # an iterator's end, in C
 
 
 class Worker:

@@ -108,8 +108,9 @@ class Frames:
 
 def exception_parts(error: BaseException) -> tuple[bytes | None, str, str, str]:
     """``(pickled exception or None, traceback text, "module.QualName", message)``."""
+    blob: bytes | None
     try:
-        blob: bytes | None = pickle.dumps(error, 5)
+        blob = pickle.dumps(error, 5)
         pickle.loads(blob)  # a class whose pickle does not round-trip is sent by name
     except Exception:
         blob = None

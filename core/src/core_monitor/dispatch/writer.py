@@ -5,7 +5,8 @@ which would import the user's ``__main__`` again), one per backend. It reads fra
 (``core_monitor.dispatch.wire``) from the pipe ``DATA``: first the start frame (the backend's
 class by module path, the ``RunInfo``, the options), then one frame per hook call, in the
 order logged. It answers on the pipe ``REPLY``: ready or the start failure, each hook failure,
-each warning, each flush done. ``BUSY`` is a one-byte shared flag, set while a hook runs.
+each warning, each flush done. ``BUSY`` is a small shared memory: a flag set while a hook
+runs, and the count of calls handled.
 
 The training process's death is noticed by end of input (every copy of the pipe's write end is
 closed) and by its parent process id changing. Then the writer writes what is left in the pipe,
@@ -29,6 +30,7 @@ import mmap
 import os
 import select
 import signal
+import struct
 import sys
 import threading
 import time
@@ -54,6 +56,10 @@ READ_BYTES = 1 << 20
 DRAIN_SECONDS = shutdown.EXIT_TIMEOUT
 #: How much lower than the training process a writer runs (``os.nice``).
 NICE = 10
+#: The shared flag's size: byte 0 is 1 while a hook runs; bytes 8-15 count the calls handled
+#: (what ``close`` counts as undelivered when it gives up on a hung writer).
+SHARED_BYTES = 16
+HANDLED = struct.Struct("<Q")
 
 
 class Writer:
@@ -62,7 +68,7 @@ class Writer:
     def __init__(self, data_fd: int, reply_fd: int, busy_fd: int) -> None:
         self.data_fd = data_fd
         self.reply_fd = reply_fd
-        self.busy = mmap.mmap(busy_fd, 1) if busy_fd >= 0 else None
+        self.busy = mmap.mmap(busy_fd, SHARED_BYTES) if busy_fd >= 0 else None
         self.frames = wire.Frames()
         self.backend: Backend | None = None
         self.handled = 0  # hook calls handled (replied with flushes, for the undelivered count)
@@ -193,6 +199,7 @@ class Writer:
         finally:
             if busy is not None:
                 busy[0] = 0
+                HANDLED.pack_into(busy, 8, self.handled)
 
     def finish(self, crash: str | None) -> None:
         """Flush, report a crash (``monitor_crash``), close; reply closed."""

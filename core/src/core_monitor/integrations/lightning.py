@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from argparse import Namespace
 from collections.abc import Mapping, Sequence
+from types import FrameType
 from typing import Any
 
 from lightning.pytorch.loggers import Logger
@@ -42,7 +43,7 @@ def _fitting_from_checkpoint() -> bool:
     if trainer_class is None:
         return False
     found = None
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     for _ in range(64):
         if frame is None:
             break

@@ -190,7 +190,8 @@ class MlflowMonitor:
 
         resume = run.resume if run_id is None else "never"  # a run_id given wins
         #: Whether an earlier run was continued; the largest step it held (``None``: none).
-        self.resumed, self.last_step = False, None
+        self.resumed = False
+        self.last_step: int | None = None
         if tracking_uri is None and not mlflow.is_tracking_uri_set() and run.log_dir is not None:
             if resume == "must" and not (run.log_dir / "mlflow" / "mlflow.db").exists():
                 raise NoRunToResume(f"mlflow: no local store at "

@@ -248,7 +248,8 @@ def write_through(run: Any, file: Path, timeout: float = WRITE_THROUGH_TIMEOUT) 
     except OSError:
         size = 0
     target = (size // _BLOCK + 1) * _BLOCK
-    record = wandb_internal_pb2.Record(telemetry=wandb_telemetry_pb2.TelemetryRecord())
+    record = wandb_internal_pb2.Record(  # type: ignore[attr-defined]  # built at run time
+        telemetry=wandb_telemetry_pb2.TelemetryRecord())  # type: ignore[attr-defined]
     record.uuid = "-" * (_BLOCK + 256)
     run._interface._publish(record)
     deadline = time.monotonic() + timeout
