@@ -19,9 +19,17 @@ from interpreter import imported_after, load_error_after, run_python
 from trackio import context_vars, utils
 from trackio.sqlite_storage import SQLiteStorage
 
-from core_monitor import ConfigError, Monitor, RunInfo
+from core_monitor import ConfigError, Event, Monitor, RunInfo
 from core_monitor.testing import MonitorContract
-from trackio_monitor import TrackioMonitor, read_config, read_media, read_rows, trackio_dir
+from trackio_monitor import (
+    CRASH_ALERT_TITLE,
+    TrackioMonitor,
+    read_alerts,
+    read_config,
+    read_media,
+    read_rows,
+    trackio_dir,
+)
 
 
 class TestTrackioContract(MonitorContract):
@@ -367,3 +375,22 @@ def test_media_are_in_trackios_own_rows_and_media_folder(log_dir):
     assert [(t, s, type(v).__name__) for t, s, v in read_media(monitor.run)] == [
         ("img", 40, "Image"), ("w", 7, "Histogram"), ("step", 7, "Text")]
     assert read_rows(monitor.run) == [("loss", 40, 1.0)]
+
+
+def test_a_crash_is_an_error_alert_on_the_run_at_its_last_step(tmp_path, capsys):
+    crashed = RunInfo(project="cases", name="crashed", log_dir=tmp_path)
+    backend = TrackioMonitor(crashed)
+    backend.monitor_write([Event("loss", 0.5, step, 1.0e9 + step) for step in range(3)])
+    backend.monitor_crash(reason="the training process (pid 1) ended without closing")
+    backend.monitor_close()
+    assert read_alerts(crashed) == [
+        ("error", CRASH_ALERT_TITLE, "the training process (pid 1) ended without closing", 2)]
+    assert read_rows(crashed) == [("loss", step, 0.5) for step in range(3)]
+    assert "TRACKIO" not in capsys.readouterr().out, "quiet=True hides Trackio's alert line"
+
+    closed = RunInfo(project="cases", name="closed", log_dir=tmp_path)
+    backend = TrackioMonitor(closed)
+    backend.monitor_write([Event("loss", 0.5, 0, 1.0e9)])
+    backend.monitor_close()
+    assert read_alerts(closed) == []
+    assert read_alerts(RunInfo(project="other", name="closed", log_dir=tmp_path)) == []

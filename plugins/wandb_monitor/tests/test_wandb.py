@@ -13,13 +13,14 @@ from pathlib import Path
 import pytest
 from interpreter import imported_after, load_error_after, run_python
 
-from core_monitor import ConfigError, Monitor, RunInfo
+from core_monitor import ConfigError, Event, Monitor, RunInfo
 from core_monitor.testing import MonitorContract
 from wandb_monitor import (
     ESCAPE,
     WandbMonitor,
     find_run_dirs,
     read_config,
+    read_exit_code,
     read_media,
     read_records,
     read_rows,
@@ -108,6 +109,25 @@ def test_c1_explicit_steps_are_stored_through_the_entry_point(monitor_factory):
         monitor.log({"loss": 0.3}, step=step)
     monitor.close()
     assert steps_of(read_rows(monitor.run), "loss") == [0, 10, 20, 120]
+
+
+def test_a_crash_finishes_the_run_with_exit_code_1_and_a_close_with_0(tmp_path):
+    crashed = RunInfo(project="cases", name="crashed", log_dir=tmp_path)
+    backend = WandbMonitor(crashed, **OPTIONS)
+    backend.monitor_write([Event("loss", 0.5, step, 1.0e9 + step) for step in range(3)])
+    backend.monitor_flush()
+    backend.monitor_crash(reason="the training process (pid 1) ended without closing")
+    backend.monitor_close()
+    backend.monitor_close()  # a second close does nothing
+    assert read_exit_code(crashed) == 1
+    assert read_rows(crashed) == [("loss", step, 0.5) for step in range(3)]
+
+    closed = RunInfo(project="cases", name="closed", log_dir=tmp_path)
+    backend = WandbMonitor(closed, **OPTIONS)
+    assert read_exit_code(closed) is None, "no exit record while the run is open"
+    backend.monitor_close()
+    assert read_exit_code(closed) == 0
+    assert read_exit_code(RunInfo(project="cases", name="never", log_dir=tmp_path)) is None
 
 
 def test_c2_lower_step_keeps_its_row_and_wandb_step_only_counts_rows(monitor_factory):

@@ -28,8 +28,10 @@ from .media import MEDIA_KINDS, MediaWriter
 from .options import MAX_BATCH, check_options
 from .storage import (
     CONFIG_TAG_PREFIX,
+    CRASH_TAG,
     MAX_KEY_LENGTH,
     MAX_MEDIA_KEY,
+    MAX_VALUE_LENGTH,
     escape_key,
     local_store_uri,
     param_value,
@@ -176,6 +178,9 @@ class MlflowMonitor:
         self.undelivered_media = 0
         self._error: BaseException | None = None
         self._closed = False
+        #: The status ``monitor_close`` ends the run with: ``"FINISHED"``, or ``"FAILED"``
+        #: once ``monitor_crash`` ran.
+        self.end_status = "FINISHED"
         self._lock = threading.RLock()
         self._buffer: list[Any] = []
         self._oldest = 0.0
@@ -314,8 +319,30 @@ class MlflowMonitor:
             self._send_config(config)
 
     @hookimpl
+    def monitor_crash(self, reason: str) -> None:
+        """The training process died: store ``reason`` in the run tag ``storage.CRASH_TAG``
+        (``mlflow_monitor.crash``) now, and have ``monitor_close`` (called next) end the run
+        with status ``FAILED`` instead of ``FINISHED``.
+
+        Raises:
+            MlflowDeliveryError: the tag request failed (the first failure only; the run
+                then stays ``RUNNING`` in the store, as after any delivery failure).
+        """
+        with self._lock:
+            if self._closed:
+                return
+            self.end_status = "FAILED"
+            if self._error is None:
+                try:
+                    with self._limits():
+                        self._client.set_tag(self.run_id, CRASH_TAG, reason[:MAX_VALUE_LENGTH])
+                except Exception as error:
+                    self._fail(error, "tag the run as crashed")
+
+    @hookimpl
     def monitor_close(self) -> None:
-        """Send what is buffered, mark the run FINISHED and report undelivered scalars.
+        """Send what is buffered, end the run (status ``FINISHED``, or ``FAILED`` after
+        ``monitor_crash``) and report undelivered scalars.
 
         A second call does nothing. With the server already found down, returns at once.
 
@@ -502,12 +529,12 @@ class MlflowMonitor:
             )
 
     def _finish_run(self) -> None:
-        """Mark the run FINISHED unless sending already failed (``MlflowDeliveryError`` if it
-        fails now)."""
+        """End the run with ``end_status`` unless sending already failed
+        (``MlflowDeliveryError`` if it fails now)."""
         if self._error is None:
             try:
                 with self._limits(), output.hidden(self.quiet):
-                    self._client.set_terminated(self.run_id, status="FINISHED")
+                    self._client.set_terminated(self.run_id, status=self.end_status)
             except Exception as error:
                 self._fail(error, "end the run")
 

@@ -15,7 +15,7 @@ from core_monitor.media import MEDIA_KINDS, MediaItem
 from core_monitor.resume import NoRunToResume
 
 from . import _compat, media, reader
-from .storage import event_folder, hparam_value
+from .storage import CRASH_TAG, event_folder, hparam_value
 from .storage import run_dir as _run_dir
 
 if TYPE_CHECKING:
@@ -155,6 +155,7 @@ class TensorBoardMonitor:
             filename_suffix=filename_suffix,
         )
         self._add_event = self._writer.add_event
+        self._last_step = self.last_step or 0  # the largest step written (the crash text's)
         self._start_time = time.time()
         self._config = dict(run.config)
         # HParams are written on rank 0 only, once per run (a resumed run has them)
@@ -184,12 +185,16 @@ class TensorBoardMonitor:
         """
         new_event = self._Event
         add_event = self._add_event
+        last = self._last_step
         for step, wall_time, row in rows_by_step(events):
             event = new_event(wall_time=wall_time, step=step)
             add_value = event.summary.value.add
             for tag, value in row.items():
                 add_value(tag=tag, simple_value=value)
             add_event(event)
+            if step > last:
+                last = step
+        self._last_step = last
 
     @hookimpl
     def monitor_write_media(self, items: Sequence[MediaItem]) -> None:
@@ -199,6 +204,7 @@ class TensorBoardMonitor:
             OSError: as ``monitor_write``.
         """
         media.write_media(self._add_event, items)
+        self._last_step = max(self._last_step, max((item.step for item in items), default=0))
 
     @hookimpl
     def monitor_config(self, config: Mapping[str, Any]) -> None:
@@ -228,6 +234,21 @@ class TensorBoardMonitor:
             if self._hparams_pending:
                 self._write_hparams()
             self._writer.flush()
+
+    @hookimpl
+    def monitor_crash(self, reason: str) -> None:
+        """The training process died: TensorBoard has no run status, so write one text summary,
+        tag ``storage.CRASH_TAG`` (``core_monitor/crash``), ``reason`` as its text, at the
+        largest step written (its Text dashboard shows it; ``reader.read_media`` reads it
+        back). ``monitor_close`` (called next) flushes it.
+
+        Raises:
+            OSError: as ``monitor_write``.
+        """
+        if not self._closed:
+            sdk = _compat.sdk()
+            self._add_event(self._Event(wall_time=time.time(), step=self._last_step,
+                                        summary=sdk.text_pb(CRASH_TAG, reason)))
 
     @hookimpl
     def monitor_close(self) -> None:

@@ -18,7 +18,7 @@ from ._compat import RESERVED_TAGS
 from .options import check_options
 from .reader import count_rows, earlier_run
 from .start import start_local
-from .storage import RENAME_PREFIX, trackio_config
+from .storage import CRASH_ALERT_TITLE, RENAME_PREFIX, trackio_config
 
 if TYPE_CHECKING:
     from core_monitor.hookspecs import MediaBackend
@@ -236,6 +236,18 @@ class TrackioMonitor:
                 f"{self._expected} stored): Trackio's writer failed to store them and only "
                 "warned; check that the folder is writable and the disk not full"
             )
+
+    @hookimpl
+    def monitor_crash(self, reason: str) -> None:
+        """The training process died: record a Trackio alert of level ERROR on the run, title
+        ``storage.CRASH_ALERT_TITLE`` (``"training process died"``), text ``reason``, at the
+        last step logged. Trackio has no run status; the alert shows on the run's dashboard
+        page and reads back with ``reader.read_alerts``. ``monitor_close`` (called next)
+        stores it. With ``TRACKIO_WEBHOOK_URL`` set, Trackio also POSTs it there (from its own
+        daemon thread, which the writer process's exit may cut short)."""
+        if self._run is not None:
+            with _compat.stdout_hidden(self._quiet):
+                _compat.alert_error(self._run, CRASH_ALERT_TITLE, reason)
 
     @hookimpl
     def monitor_close(self) -> None:

@@ -166,6 +166,9 @@ class WandbMonitor:
 
         self.step_metric = step_metric
         self._closed = False
+        #: The exit code ``monitor_close`` finishes the run with (``None``: a finished run;
+        #: ``service.CRASH_EXIT_CODE`` once ``monitor_crash`` ran).
+        self.exit_code: int | None = None
         #: The run's ``.wandb`` transaction log, or ``None`` when mode is ``"disabled"``.
         self.run_file: Path | None = None
         #: The run's folder (``offline-run-...`` or ``run-...``), or ``None`` when disabled.
@@ -244,7 +247,22 @@ class WandbMonitor:
         if self._closed:
             return
         self._closed = True
-        service.finish_run(self._run, self.run_file)
+        if self.exit_code is None:
+            service.finish_run(self._run, self.run_file)
+        else:
+            service.finish_run(self._run, self.run_file, exit_code=self.exit_code,
+                               timeout=service.CRASH_FINISH_TIMEOUT)
+
+    @hookimpl
+    def monitor_crash(self, reason: str) -> None:
+        """The training process died: ``monitor_close`` (called next) finishes the run with
+        ``Run.finish(exit_code=service.CRASH_EXIT_CODE)``, which wandb shows as a failed run
+        (``reader.read_exit_code`` reads the code back), waiting at most
+        ``service.CRASH_FINISH_TIMEOUT`` seconds for the exit record. ``reason`` is not stored:
+        wandb's exit record has no text.
+        """
+        if not self._closed:
+            self.exit_code = service.CRASH_EXIT_CODE
 
 
 def _settings(settings: Mapping[str, Any] | None, quiet: bool) -> Any:

@@ -18,8 +18,8 @@ from core_monitor.media import Histogram, Image, Text
 from ._compat import read_records
 from .storage import DEFAULT_STEP_METRIC, is_own_key, unescaped
 
-__all__ = ["earlier_run", "find_run_dirs", "history", "read_config", "read_media", "read_rows",
-           "run_folders"]
+__all__ = ["earlier_run", "find_run_dirs", "history", "read_config", "read_exit_code", "read_media",
+           "read_rows", "run_folders"]
 
 
 def find_run_dirs(
@@ -145,6 +145,31 @@ def read_config(run: RunInfo) -> dict[str, Any]:
         for item in stored.remove:
             config.pop(item.key or ".".join(item.nested_key), None)
     return {unescaped(key): value for key, value in config.items() if not is_own_key(key)}
+
+
+def read_exit_code(run: RunInfo) -> int | None:
+    """Return the exit code the run finished with, from the exit record of its ``.wandb`` log.
+
+    Args:
+        run: as for ``read_rows`` (``Monitor.run``); the latest folder of the run is read.
+
+    Returns:
+        ``0`` for a run closed normally, ``1`` (``service.CRASH_EXIT_CODE``) for a run whose
+        training process died (``WandbMonitor.monitor_crash``; wandb shows it as failed), any
+        other code a script passed to ``wandb.Run.finish``; ``None`` when the run has no exit
+        record (still running, or its writer was killed too) or there is no such run.
+
+    Raises:
+        ValueError: as ``read_rows``.
+    """
+    folders = run_folders(run)
+    if not folders:
+        return None
+    code = None
+    for record in read_records(folders[-1]):
+        if record.HasField("exit"):
+            code = int(record.exit.exit_code)
+    return code
 
 
 def read_media(run: RunInfo) -> list[tuple[str, int, Image | Histogram | Text]]:
