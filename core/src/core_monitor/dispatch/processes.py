@@ -60,7 +60,7 @@ from .policy import Policy
 from .strategy import BackendSpec, Dispatch
 from .threads import ThreadDispatch
 from .warn import report_drop, report_lost
-from .writer import HANDLED, SHARED_BYTES
+from .wire import HANDLED, SHARED_BYTES
 
 logger = logging.getLogger("core_monitor")
 
