@@ -7,6 +7,7 @@ Trackio's own reader ``trackio.sqlite_storage.SQLiteStorage``.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import socketserver
@@ -19,7 +20,8 @@ from interpreter import imported_after, load_error_after, run_python
 from trackio import context_vars, utils
 from trackio.sqlite_storage import SQLiteStorage
 
-from core_monitor import ConfigError, Event, Monitor, RunInfo
+from core_monitor import ConfigError, Event, RunInfo
+from core_monitor import Monitor as _Monitor
 from core_monitor.testing import MonitorContract
 from trackio_monitor import (
     CRASH_ALERT_TITLE,
@@ -30,6 +32,12 @@ from trackio_monitor import (
     read_rows,
     trackio_dir,
 )
+
+#: Most tests here check the plugin against Trackio's process-wide state as this process sees
+#: it (Trackio's folder, its current run, ``SQLiteStorage`` while the run is open), so their
+#: backend runs in this process (``dispatch="sync"``). The default, a writer process, is what
+#: the contract kit below, the subprocess tests and tests/plugins/test_crash.py run.
+Monitor = functools.partial(_Monitor, dispatch="sync")
 
 
 class TestTrackioContract(MonitorContract):
@@ -320,7 +328,7 @@ def test_a_trackio_without_an_internal_the_plugin_uses_fails_loudly():
     message = load_error_after(
         "import trackio.run\nfrom core_monitor import Monitor\n"
         "del trackio.run.Run._flush_queues_inline",
-        "Monitor(['trackio'], project='p', log_dir='unused', strict=True)",
+        "Monitor(['trackio'], project='p', log_dir='unused', strict=True, dispatch='sync')",
     )
     assert "'trackio'" in message and "_flush_queues_inline" in message
     assert "trackio>=0.42,<0.44" in message

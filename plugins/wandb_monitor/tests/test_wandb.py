@@ -164,7 +164,7 @@ def test_c3_rows_survive_a_process_that_exits_without_close(tmp_path):
         import os
         from core_monitor import Monitor
         monitor = Monitor(["wandb"], project="c3", name="no-close", log_dir={str(log_dir)!r},
-                          wandb={OPTIONS!r})
+                          wandb={OPTIONS!r}, dispatch="thread")  # wandb-core: our child
         for step in range(3):
             monitor.log({{"loss": step / 2}}, step=step)
         for entry in os.listdir("/proc"):  # the service this process started
@@ -464,7 +464,7 @@ def test_a_wandb_without_an_internal_the_plugin_uses_fails_loudly(tmp_path):
         "from wandb.sdk import wandb_setup\nfrom core_monitor import Monitor\n"
         "del wandb_setup._WandbSetup.remove_active_run",
         f"Monitor(['wandb'], project='p', log_dir={str(tmp_path)!r}, strict=True, "
-        f"wandb={OPTIONS!r})",
+        f"wandb={OPTIONS!r}, dispatch='sync')",  # the changed SDK is this process's
     )
     assert "remove_active_run" in message and "wandb>=0.31,<0.32" in message
     assert find_run_dirs(tmp_path) == []  # refused before any run started

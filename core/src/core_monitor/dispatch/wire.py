@@ -43,6 +43,9 @@ _TABLE = {**copyreg.dispatch_table,
 SHARED_BYTES = 16
 HANDLED = struct.Struct("<Q")
 
+#: The hook name of a frame holding a ``monitor_write`` batch as its rows (``Batch.rows``).
+WRITE_ROWS = "monitor_write:rows"
+
 HEADER = struct.Struct("<II")
 LENGTH = struct.Struct("<Q")
 _dumps = pickle.dumps

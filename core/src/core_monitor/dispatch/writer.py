@@ -37,6 +37,7 @@ import warnings
 from typing import Any
 
 from .. import shutdown
+from ..events import Batch
 from ..media import MediaRoutes
 from ..resume import backend_state
 from . import wire
@@ -177,6 +178,8 @@ class Writer:
                 self.reply("flushed", kwargs["marker"], self.handled)
                 continue
             self.handled += 1
+            if hook == wire.WRITE_ROWS:
+                hook, kwargs = "monitor_write", {"events": Batch(kwargs)}
             self.call(hook, kwargs)
         return False
 
