@@ -446,7 +446,8 @@ def bench(session: nox.Session) -> None:
     stored fewer scalars than it was sent. Arguments after `--` go to benchmarks/run.py.
     """
     wheels = build_wheels(session, [CORE, *PLUGINS.values()])
-    install_wheels(session, wheels, "tensorboardX", "scikit-learn")  # P7: the demo's data
+    # P7 trains a torch MLP on the CPU: the CPU wheel when one is on disk (torch_requirement).
+    install_wheels(session, wheels, "tensorboardX", *torch_requirement())
     session.run("python", "benchmarks/run.py", *session.posargs, env=offline_env(session))
 
 
