@@ -1,11 +1,13 @@
 """Sessions that build the distributions into wheels, install them for real and run them.
 
-    nox               the default sessions lint, tests, frameworks, lowest, pythons, newest,
-                      release (the CI command)
+    nox               the default sessions lint, typecheck, tests, frameworks, lowest, pythons,
+                      newest, release (the CI command)
     nox -s tests      core, plugin and integration tests, against wheels in a fresh venv
     nox -s demo       a real training loop logging to trackio, tensorboard, wandb (offline) and
                       mlflow (a local SQLite store)
     nox -s lint       ruff
+    nox -s typecheck  mypy: the core and the plugins (SDKs installed), the README's examples and
+                      a plugin from `monitors new` (--strict)
     nox -s bench      benchmarks (prints ratios, writes benchmarks/results/)
     nox -s "plugin(name='trackio')"   one plugin's wheel next to the core, its tests
                       (plugins/trackio_monitor/tests) and the kit
@@ -58,7 +60,8 @@ TEST_DEPS = ["pytest>=8", "pytest-timeout", "numpy", "uv"]
 
 nox.options.default_venv_backend = "uv|virtualenv"
 # `nox`: what CI runs (about 30 minutes on 2 cores; bench and bench_dist measure, never gate)
-nox.options.sessions = ["lint", "tests", "frameworks", "lowest", "pythons", "newest", "release"]
+nox.options.sessions = ["lint", "typecheck", "tests", "frameworks", "lowest", "pythons", "newest",
+                        "release"]
 nox.options.error_on_external_run = True
 
 
@@ -443,7 +446,8 @@ def bench(session: nox.Session) -> None:
     stored fewer scalars than it was sent. Arguments after `--` go to benchmarks/run.py.
     """
     wheels = build_wheels(session, [CORE, *PLUGINS.values()])
-    install_wheels(session, wheels, "tensorboardX", "scikit-learn")  # P7: the demo's data
+    # P7 trains a torch MLP on the CPU: the CPU wheel when one is on disk (torch_requirement).
+    install_wheels(session, wheels, "tensorboardX", *torch_requirement())
     session.run("python", "benchmarks/run.py", *session.posargs, env=offline_env(session))
 
 
@@ -464,3 +468,91 @@ def lint(session: nox.Session) -> None:
     """ruff over the whole repository."""
     session.install("ruff")
     session.run("ruff", "check", ".")
+
+
+# Types ----------------------------------------------------------------------------------------
+#: The mypy release the types are checked with; a new one adds checks, so it moves on purpose.
+MYPY = "mypy>=2.4,<2.5"
+#: What the README's examples leave to the reader (their data, model, loop and framework
+#: objects, a plugin of their own), declared for the type checker. Any other name an example
+#: uses, it must import or define itself.
+README_GIVEN = """\
+from typing import Any
+
+import core_monitor
+
+loader: Any
+train_step: Any
+total_steps: int
+scheduler: Any
+local_loss: float
+step: int
+model: Any
+params: Any
+ds_config: dict[str, Any]
+loss: Any
+hparams: dict[str, Any]
+args: Any
+ds: Any
+CsvMonitor: Any
+read_rows: Any
+read_config: Any
+read_media: Any
+monitor: core_monitor.Monitor
+"""
+
+
+def readme_examples(target: Path) -> list[Path]:
+    """Write each ```python block of README.md to ``target/readme_<line>.py`` (``<line>``: where
+    the block starts), after ``README_GIVEN``; return the files."""
+    target.mkdir(parents=True, exist_ok=True)
+    for old in target.glob("readme_*.py"):
+        old.unlink()
+    lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+    files, start = [], None
+    for number, line in enumerate(lines, start=1):
+        if start is None and line.strip() == "```python":
+            start = number
+        elif start is not None and line.strip() == "```":
+            file = target / f"readme_{start}.py"
+            file.write_text(f"{README_GIVEN}\n# README.md, line {start}\n"
+                            + "\n".join(lines[start:number - 1]) + "\n", encoding="utf-8")
+            files.append(file)
+            start = None
+    return files
+
+
+@nox.session
+def typecheck(session: nox.Session) -> None:
+    """mypy with the project's configuration (pyproject.toml) over the core and the plugins,
+    each SDK installed inside its tested range so the plugins are checked against its types;
+    then under ``--strict`` the README's Python examples (``readme_examples``) and the plugin
+    ``monitors new`` writes (its module and its tests), as a user's type checker sees them.
+    The framework integrations are checked without the frameworks (their imports are ``Any``).
+    """
+    editable = [arg for folder in [CORE, *PLUGINS.values()] for arg in ("--editable", str(folder))]
+    session.install(*tested_constraints(session), *editable, "pytest>=8", "numpy", MYPY)
+    sources = [str(CORE / "src" / "core_monitor"),
+               *(str(path) for folder in PLUGINS.values() for path in folder.glob("src/*")
+                 if (path / "__init__.py").exists())]
+    tmp = Path(session.create_tmp())
+    examples = readme_examples(tmp / "readme")
+    scaffold = tmp / "scaffold" / "csv-monitor"
+    if scaffold.exists():
+        shutil.rmtree(scaffold)
+    scaffold.parent.mkdir(parents=True, exist_ok=True)
+    session.run("monitors", "new", "csv", "--dir", str(scaffold), silent=True)
+    failed = []
+    for what, command in (
+        ("the core and the plugins", ["--cache-dir", str(tmp / "mypy-cache"), *sources]),
+        ("the README's examples and the generated plugin (--strict)",
+         ["--strict", "--cache-dir", str(tmp / "mypy-strict-cache"), *map(str, examples),
+          str(scaffold / "src"), str(scaffold / "tests")]),
+    ):
+        try:  # both checks run, so one run shows every error
+            session.run("mypy", *command)
+        except nox.command.CommandFailed:
+            failed.append(what)
+    if failed:
+        session.error(f"mypy found errors in {' and in '.join(failed)}")
+

@@ -34,7 +34,7 @@ from typing import Any
 
 from harness import alternate, check_count, paired, spread, timed
 
-from core_monitor import Monitor
+from core_monitor import Monitor, RunInfo
 
 SCALARS = 8
 TARGET_ADDED_US = 3.0
@@ -194,8 +194,9 @@ def caller_side(backend: str, rows: list[dict[str, float]], root: Path, reps: in
     the SDK (wandb: the plugin's row has 2 more keys). ``None`` if a plugin's internals moved.
     """
     with _quiet():
+        # sync: the plugin instance lives on this thread, so its SDK sink can be swapped
         monitor = Monitor([backend], project="bench-b1-sink", name=f"sink-{next(_runs)}",
-                          log_dir=root / "sink")
+                          log_dir=root / "sink", dispatch="sync")
     plugin = monitor._dispatch.get(backend).instance
     attr = "_add_event" if backend == "tensorboard" else "_log"
     if not hasattr(plugin, attr):
@@ -309,7 +310,8 @@ def run_b2(quick: bool, root: Path) -> dict[str, Any]:
         if not tbx_checked:
             import tensorboard_monitor
 
-            got = len(tensorboard_monitor.read_rows(folder))
+            got = len(tensorboard_monitor.read_rows(RunInfo(project="tbx", name=folder.name),
+                                                    run_dir=folder))
             if got != steps * SCALARS:
                 raise AssertionError(f"tensorboardX stored {got} of {steps * SCALARS} scalars")
             tbx_checked.append(True)

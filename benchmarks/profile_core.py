@@ -56,7 +56,7 @@ def _parts(monitor: Monitor) -> dict[str, float]:
     events = [Event(t, v, 1, now) for t, v in row.items()]
     batch = tuple(events)
     log_batch = Batch(((1, now, dict(row)),))  # what log() hands the backends
-    dispatch = monitor._dispatch  # core_monitor.dispatch.Dispatcher: what log() hands batches to
+    dispatch = monitor._dispatch  # core_monitor.dispatch.SyncDispatch: what log() hands to
     write = dispatch.backends[0].hooks["monitor_write"]
     scope = {"monitor": monitor, "dispatch": dispatch, "row": row, "Event": Event,
              "new": tuple.__new__, "time": time, "events": events, "batch": batch,
@@ -73,8 +73,8 @@ def _parts(monitor: Monitor) -> dict[str, float]:
         "iterate the dict + type checks of tag and value":
             ns("for t, v in row.items(): type(v) is float and type(t) is str and t"),
         "time.time()": ns("time.time()"),
-        "Dispatcher.write(): loop, keyword call, pending-failure check":
-            ns("dispatch.write(batch)"),
+        "SyncDispatch.send(): loop, keyword call, pending-failure check":
+            ns("dispatch.send('monitor_write', {'events': batch})"),
         "  of which the backend call write(events=batch)": ns("write(events=batch)"),
     }
     rest = whole - sum(v for k, v in parts.items() if not k.startswith("  "))
@@ -97,6 +97,6 @@ def run(quick: bool, root: Path) -> dict[str, Any]:
     null.close()
 
     with Monitor(["tensorboard"], project="bench-profile", name="tb",
-                 log_dir=root / "profile") as tb:
+                 log_dir=root / "profile", dispatch="sync") as tb:
         out["cprofile_tensorboard"] = _cprofile(tb, calls // 4)
     return out

@@ -1,4 +1,4 @@
-"""Run the benchmarks B1-B7 and P3/P7/sustained, print a table, write JSON and a markdown summary.
+"""Run the benchmarks B1-B7 and P3/P7/start-up/sustained; print a table, write JSON and markdown.
 
     python benchmarks/run.py [--quick] [--only B1,B3] [--backends trackio,tensorboard]
                              [--out benchmarks/results] [--keep] [--strict-targets]
@@ -43,14 +43,17 @@ JOBS: list[tuple[str, tuple[str, ...]]] = [
       for arm in ("", "-direct")),
     ("B6", BACKENDS),
     ("B7", ("tensorboard",)),
-    ("P3", BACKENDS),
-    ("P7", BACKENDS),
-    ("P-sustained", BACKENDS),
+    ("P3", (*BACKENDS, "mlflow")),
+    ("P-startup", (*BACKENDS, "mlflow")),
+    ("P-sustained", (*BACKENDS, "mlflow")),
+    ("P7", (*BACKENDS, "mlflow")),
 ]
 JOB_TIMEOUT = 300
+#: Jobs that need longer (seconds, full run): P7 starts a monitor per arm and repetition.
+LONG_JOBS = {"P7": 1800}
 PACKAGES = ("core-monitor", "trackio-monitor", "tensorboard-monitor", "wandb-monitor",
             "trackio", "tensorboard", "wandb", "tensorboardX", "pluggy", "protobuf",
-            "mlflow-monitor", "mlflow")
+            "mlflow-monitor", "mlflow", "google-crc32c", "torch")
 
 
 # Worker side -----------------------------------------------------------------------------------
@@ -98,6 +101,7 @@ def worker(job: str, quick: bool, root: Path) -> dict[str, Any]:
         import p_dispatch
 
         return {"P3": p_dispatch.run_p3, "P7": p_dispatch.run_p7,
+                "P-startup": p_dispatch.run_startup,
                 "P-sustained": p_dispatch.run_sustained}[job](quick, root)
     if job == "profile":
         import profile_core
@@ -118,15 +122,16 @@ def run_job(job: str, quick: bool, root: Path, logs: Path) -> dict[str, Any]:
             "--result", str(result), "--root", str(folder)]
     if quick:
         argv.append("--quick")
+    timeout = LONG_JOBS.get(job, JOB_TIMEOUT)
     started = time.perf_counter()
     with log.open("w") as out:
         try:
             proc = subprocess.run(argv, cwd=folder, env=sandbox_env(root), stdout=out,
                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                  timeout=JOB_TIMEOUT, check=False)
+                                  timeout=timeout, check=False)
             code = proc.returncode
         except subprocess.TimeoutExpired:
-            code = f"timeout after {JOB_TIMEOUT} s"
+            code = f"timeout after {timeout} s"
     elapsed = time.perf_counter() - started
     if code != 0 or not result.exists():
         tail = log.read_text(errors="replace").strip().splitlines()[-12:]

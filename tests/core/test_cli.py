@@ -20,7 +20,7 @@ PLUGIN_MODULES = (
     "trackio_monitor", "tensorboard_monitor", "wandb_monitor",
 )
 SDKS = ("trackio", "wandb", "tensorboard")
-KEYS = ["name", "distribution", "version", "entry_point", "status"]
+KEYS = ["name", "distribution", "version", "entry_point", "reader", "status"]
 
 
 def monitors(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -54,7 +54,8 @@ def test_list_prints_a_table_with_one_row_per_name_and_distribution():
     assert proc.returncode == 0, proc.stderr  # even though broken-monitor is installed
     assert "Traceback" not in proc.stderr
     header, *lines = proc.stdout.strip().splitlines()
-    assert header.split() == ["NAME", "DISTRIBUTION", "VERSION", "ENTRY", "POINT", "STATUS"]
+    assert header.split() == ["NAME", "DISTRIBUTION", "VERSION", "ENTRY", "POINT", "READER",
+                              "STATUS"]
     pairs = sorted((line.split()[0], line.split()[1]) for line in lines)
     assert pairs == expected_pairs()
     by_pair = {(line.split()[0], line.split()[1]): line for line in lines}

@@ -15,7 +15,7 @@ import pytest
 from jsonl_monitor import read_config, read_rows, run_file
 
 from core_monitor import ConfigError, Monitor, UnknownBackendError
-from core_monitor.config import sanitize_config
+from core_monitor.hyperparameters import sanitize_config
 
 ODD_CONFIG = {"layers": [64, 64], "seed": None, "out": Path("x"), "opt": object()}
 

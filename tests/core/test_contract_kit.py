@@ -132,6 +132,8 @@ def read(run):
 
 
 class KitFor:
+    dispatch = "thread"  # these backends keep their rows in this process's memory
+
     @pytest.fixture
     def read_rows(self):
         return read
@@ -256,6 +258,7 @@ def kit_for(backend, reader=read):
     class Kit(MonitorContract):
         backend_class = backend
         read_rows = staticmethod(reader)
+        dispatch = "thread"  # the rows are kept in this process's memory
 
     return Kit
 
@@ -278,6 +281,7 @@ TestConfigWithoutReader = kit_for(ConfigWithoutReader)
 class TestSaysNothing(MonitorContract):
     """Names no backend class."""
     read_rows = staticmethod(read)
+    dispatch = "thread"
 '''
 
 

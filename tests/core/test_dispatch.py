@@ -1,6 +1,8 @@
-"""Background dispatch: queues per backend, slow and failing backends, drops, timeouts,
-interrupts. Test backends written for these tests; storage read back from the JSON-lines
-backend (``jsonl``)."""
+"""Dispatch off the caller's thread: buffers per backend, slow and failing backends, drops,
+timeouts, interrupts. The test backends written here run in worker threads (a class defined in
+a test module is not importable by a fresh interpreter), the JSON-lines backend (``jsonl``,
+installed) in its writer process, so most tests cover both sides of the default mode; storage
+read back from ``jsonl``."""
 
 from __future__ import annotations
 
@@ -222,7 +224,7 @@ def test_without_strict_a_worker_failure_is_warned_once_on_the_callers_thread(ma
 
 
 @pytest.mark.parametrize(("kwargs", "match"), [
-    ({"dispatch": "thread"}, "dispatch='thread' must be 'background'"),
+    ({"dispatch": "threads"}, "dispatch='threads' must be 'process'"),
     ({"queue_size": 0}, "queue_size=0 must be an int >= 1"),
     ({"queue_size": True}, "queue_size=True must be an int >= 1"),
     ({"on_full": "wait"}, "on_full='wait' must be 'block'"),

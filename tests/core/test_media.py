@@ -5,7 +5,7 @@ and never a reason for numpy to be imported with ``core_monitor``.
 The backends here are written for these tests (they keep what the hooks receive); the
 first-party plugins prove storage through the contract kit's media checks. Most tests use
 ``dispatch="sync"`` to read what a backend got right after ``log()``; the routing is the same in
-background mode (the last test).
+thread mode (the last test) and in writer processes (tests/core/test_processes.py).
 """
 
 from __future__ import annotations
@@ -230,11 +230,11 @@ def test_capabilities_refuse_an_unknown_media_kind():
     assert Capabilities.of(Keeper).media_kinds == {"image", "histogram", "text"}
 
 
-def test_background_dispatch_sends_each_backend_its_kinds_off_the_callers_thread(monitor_factory):
+def test_thread_dispatch_sends_each_backend_its_kinds_off_the_callers_thread(monitor_factory):
     import threading
 
-    monitor = monitor_factory([Keeper, TextOnly], project="p")  # dispatch="background"
-    assert monitor.dispatch == "background"
+    monitor = monitor_factory([Keeper, TextOnly], project="p", dispatch="thread")
+    assert monitor.dispatch == "thread"
     with pytest.warns(BackendWarning, match="'textonly' does not store image"):
         monitor.log({"img": Image(np.zeros((2, 2), np.uint8)), "notes": Text("t")}, step=4)
     monitor.flush()

@@ -7,6 +7,7 @@ tests/integration/test_new_plugin.py.
 
 from __future__ import annotations
 
+import inspect
 import os
 import sys
 from pathlib import Path
@@ -84,9 +85,10 @@ def test_the_generated_backend_passes_the_contract_kit(work, pytester):
     )
     kit_tests = [n for n in dir(MonitorContract) if n.startswith("test_")]
     # Skipped: the media checks that need a declared kind (the csv backend stores no media),
-    # and the import check, which needs the plugin installed (it runs from source here).
+    # the import check and the declared-reader check, which need the plugin installed (it
+    # runs from source here), and the two resume checks (the template declares no resume).
     media = [n for n in dir(MediaChecks) if n.startswith("test_") and "declared" not in n]
-    result.assert_outcomes(passed=len(kit_tests) - len(media) - 1, skipped=len(media) + 1,
+    result.assert_outcomes(passed=len(kit_tests) - len(media) - 4, skipped=len(media) + 4,
                            deselected=3)
     result.stdout.fnmatch_lines(["*'csv_monitor' is not provided by an installed*"])
 
@@ -152,3 +154,24 @@ def test_the_kit_without_pytest_says_which_extra_to_install(work):
             "except ImportError as error:\n    print(error)\n")
     done = run_python(code, cwd=work)
     assert "pip install 'core-monitor[testing]'" in done.stdout
+
+
+def test_the_generated_backend_has_every_member_of_the_backend_protocol(work, monkeypatch):
+    """At run time (``nox -s typecheck`` also checks the generated module with
+    ``mypy --strict``, which proves its ``_shape: type[Backend]`` line)."""
+    from core_monitor.hookspecs import HOOKS, Backend, Capabilities, hookimpl_options
+
+    create_plugin("shape", work / "shape-monitor")
+    monkeypatch.syspath_prepend(str(work / "shape-monitor" / "src"))
+    from shape_monitor import ShapeMonitor
+
+    members = {n for n, v in vars(Backend).items()
+               if not n.startswith("_") and (inspect.isfunction(v) or isinstance(v, classmethod))}
+    members |= set(Backend.__annotations__)
+    assert {"check_sdk", "tested_sdk", "monitor_write", "name"} <= members
+    missing = sorted(m for m in members if not hasattr(ShapeMonitor, m))
+    assert not missing, f"the generated backend lacks {missing} of hookspecs.Backend"
+    assert ShapeMonitor.check_sdk() == [] and ShapeMonitor.tested_sdk is None
+    for hook in set(HOOKS) & members:
+        assert hookimpl_options(ShapeMonitor, hook) is not None, hook
+    assert Capabilities.of(ShapeMonitor).name == "shape"

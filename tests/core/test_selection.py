@@ -22,8 +22,8 @@ from jsonl_monitor import read_rows, run_file
 import tensorboard_monitor
 import wandb_monitor
 from core_monitor import ConfigError, ConfigWarning, Monitor, RunInfo, UnknownBackendError
+from core_monitor._suggest import closest
 from core_monitor.discovery import DISABLE_ENV
-from core_monitor.errors import closest
 from core_monitor.settings import SELECT_ENV, backend_sections, load_monitor_config
 
 SDKS = ("trackio", "tensorboard", "wandb")

@@ -137,3 +137,41 @@ def test_ddp_under_torchrun_writes_one_run_per_backend_from_rank_0(log_dir, tmp_
         assert readback.runs(backend, readback.RunInfo("lit", "ddp", log_dir=run.log_dir,
                                                        rank=1)) == 0
         readback.assert_rows(backend, run, oracle)
+
+
+def test_fit_from_ckpt_path_resumes_the_same_run(log_dir, tmp_path):
+    """One epoch, a checkpoint, the run closed (as a process ending would close it); then
+    fit(ckpt_path=...) to epoch 2 with the same logger: one run in every backend, steps 0..11."""
+    import lightning as L
+    from lightning_fit import TinyRegressor, data
+
+    from wandb_monitor import find_run_dirs
+    from wandb_monitor._compat import read_records
+
+    def trainer(epochs: int) -> L.Trainer:
+        return L.Trainer(accelerator="cpu", devices=1, max_epochs=epochs, logger=logger,
+                         log_every_n_steps=1, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False)
+
+    torch_seed = __import__("torch").manual_seed
+    torch_seed(0)
+    logger = MonitorLogger(BACKENDS, project="lit", name="ckpt", log_dir=log_dir)
+    first = trainer(1)
+    first.fit(TinyRegressor(), data(48, 0), data(16, 1))
+    first.save_checkpoint(tmp_path / "epoch1.ckpt")
+    logger.close()
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # no "starts a new run" warning
+        trainer(2).fit(TinyRegressor(), data(48, 0), data(16, 1),
+                       ckpt_path=str(tmp_path / "epoch1.ckpt"))
+    logger.close()
+    run = logger.monitor.run
+    assert (logger.version, run.resumed, run.last_step) == ("ckpt", True, 5)
+    for backend in BACKENDS:
+        steps = sorted(s for t, s, _ in readback.rows(backend, run) if t == "train_loss")
+        assert steps == list(range(12)), backend
+    assert readback.runs("trackio", run) == readback.runs("tensorboard", run) == 1
+    ids = {next(r.run.run_id for r in read_records(f) if r.HasField("run"))
+           for f in find_run_dirs(log_dir, project="lit", name="ckpt")}
+    assert len(ids) == 1

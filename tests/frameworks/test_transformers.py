@@ -186,3 +186,33 @@ def test_rewrite_logs_false_keeps_the_keys_of_log_history(tmp_path, log_dir):
     callback.close()
     readback.assert_rows("tensorboard", callback.monitor.run,
                          numeric_history(trainer.state.log_history, rewrite=False))
+
+
+def wandb_run_ids(run) -> set[str]:
+    """The run ids of every wandb folder of ``run`` (a resumed offline run: one id)."""
+    from wandb_monitor import find_run_dirs
+    from wandb_monitor._compat import read_records
+
+    return {next(r.run.run_id for r in read_records(f) if r.HasField("run"))
+            for f in find_run_dirs(run.log_dir, project=run.project, name=run.name)}
+
+
+def test_resume_from_checkpoint_continues_the_same_run(tmp_path, log_dir):
+    """Train to step 4 (checkpoints at 2 and 4), close the run as a process ending would, then
+    resume from the OLDER checkpoint: the same run in every backend, step 4 logged twice."""
+    callback = MonitorCallback(BACKENDS, project="hf", name="resumed", log_dir=log_dir)
+    make_trainer(tmp_path, [callback], max_steps=4, save_strategy="steps", save_steps=2).train()
+    callback.close()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # no "starts a new run" warning
+        trainer = make_trainer(tmp_path, [callback], max_steps=6, save_strategy="steps",
+                               save_steps=2)
+        trainer.train(resume_from_checkpoint=str(tmp_path / "out" / "checkpoint-2"))
+    callback.close()
+    run = callback.monitor.run
+    assert (run.name, run.resumed, run.last_step) == ("resumed", True, 4)
+    for backend in BACKENDS:
+        steps = sorted(s for t, s, _ in readback.rows(backend, run) if t == "train/loss")
+        assert steps == [2, 4, 4, 6], backend
+    assert readback.runs("trackio", run) == readback.runs("tensorboard", run) == 1
+    assert len(wandb_run_ids(run)) == 1

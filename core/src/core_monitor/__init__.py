@@ -16,17 +16,23 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .errors import (
+        BackendError,
         BackendLoadError,
         BackendWarning,
         ConfigError,
         ConfigWarning,
+        FlushTimeout,
+        RemoteTraceback,
         SdkVersionWarning,
+        TagMismatchError,
         UnknownBackendError,
+        WriterDied,
     )
     from .events import Event
     from .hookspecs import hookimpl, hookspec
     from .media import Histogram, Image, Text
     from .monitor import Monitor
+    from .resume import NoRunToResume
     from .run import RunInfo
 
 try:
@@ -36,12 +42,17 @@ except PackageNotFoundError:  # running from a source tree that is not installed
 
 #: Public name -> the module defining it.
 _EXPORTS = {
+    "BackendError": ".errors",
     "BackendLoadError": ".errors",
     "BackendWarning": ".errors",
     "ConfigError": ".errors",
     "ConfigWarning": ".errors",
+    "FlushTimeout": ".errors",
+    "RemoteTraceback": ".errors",
     "SdkVersionWarning": ".errors",
+    "TagMismatchError": ".errors",
     "UnknownBackendError": ".errors",
+    "WriterDied": ".errors",
     "Event": ".events",
     "hookimpl": ".hookspecs",
     "hookspec": ".hookspecs",
@@ -49,22 +60,29 @@ _EXPORTS = {
     "Image": ".media",
     "Text": ".media",
     "Monitor": ".monitor",
+    "NoRunToResume": ".resume",
     "RunInfo": ".run",
 }
 
 __all__ = [
+    "BackendError",
     "BackendLoadError",
     "BackendWarning",
     "ConfigError",
     "ConfigWarning",
     "Event",
+    "FlushTimeout",
     "Histogram",
     "Image",
     "Monitor",
+    "NoRunToResume",
+    "RemoteTraceback",
     "RunInfo",
     "SdkVersionWarning",
+    "TagMismatchError",
     "Text",
     "UnknownBackendError",
+    "WriterDied",
     "__version__",
     "hookimpl",
     "hookspec",

@@ -5,7 +5,12 @@ fast and works when a plugin is broken. From metadata it can still flag a plugin
 requirements (its SDK) are not installed. ``monitors list --check`` imports each plugin and runs
 its backend class's optional ``check_sdk()`` to prove it loads; its exit status is 1 when one
 does not, or when two distributions claim one name (selecting that name would fail). Every
-status comes from ``discovery.status``, where the selection rules live.
+status comes from ``discovery.status``, where the selection rules live. The ``READER`` column
+names the reader module a backend declares (``core_monitor.readers``): those backends can be a
+``monitors copy`` source.
+
+``monitors copy SOURCE DEST --project P --name RUN`` copies one run between backends
+(``core_monitor.copying``); its exit status is 1 when something did not arrive.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ import shlex
 import sys
 from collections.abc import Sequence
 
-from . import discovery
+from . import discovery, readers
 
 #: What ``monitors list`` says when nothing is installed. The core names no backend: each is a
 #: distribution of its own, found only through its entry point.
@@ -30,6 +35,7 @@ NO_BACKENDS = (
 def _rows(check: bool) -> list[tuple[dict[str, str], discovery.Status]]:
     """One (printed row, status) per installed backend and distribution claiming it."""
     disabled = discovery.disabled_names()
+    reader_of = readers.installed_readers()
     rows = []
     for name, infos in discovery.installed_backends().items():
         for info in infos:
@@ -39,6 +45,7 @@ def _rows(check: bool) -> list[tuple[dict[str, str], discovery.Status]]:
                 "distribution": info.distribution,
                 "version": info.version,
                 "entry_point": info.target,
+                "reader": reader_of.get(name, "-"),
                 "status": status.text,
             }, status))
     return rows
@@ -46,7 +53,7 @@ def _rows(check: bool) -> list[tuple[dict[str, str], discovery.Status]]:
 
 def _table(rows: list[dict[str, str]]) -> str:
     headers = {"name": "NAME", "distribution": "DISTRIBUTION", "version": "VERSION",
-               "entry_point": "ENTRY POINT", "status": "STATUS"}
+               "entry_point": "ENTRY POINT", "reader": "READER", "status": "STATUS"}
     widths = {k: max(len(h), *(len(r[k]) for r in rows)) for k, h in headers.items()}
     lines = [headers, *rows]
     return "\n".join(
@@ -85,6 +92,25 @@ def cmd_new(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_copy(args: argparse.Namespace) -> int:
+    from .copying import CopyError, copy_run, parse_options
+    from .errors import ConfigError
+
+    try:
+        report = copy_run(
+            args.source, args.dest, project=args.project, name=args.name,
+            log_dir=args.log_dir, to_log_dir=args.to_log_dir, to_project=args.to_project,
+            to_name=args.to_name,
+            source_options=parse_options(args.source_option, "--source-option"),
+            dest_options=parse_options(args.dest_option, "--dest-option"),
+            dry_run=args.dry_run,
+        )
+    except (ConfigError, CopyError) as error:
+        print(f"monitors copy: error: {error}", file=sys.stderr)
+        return 2
+    return 0 if report.complete else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
 
@@ -118,6 +144,31 @@ def build_parser() -> argparse.ArgumentParser:
     new.add_argument("name", help="the backend name users will select, e.g. csv")
     new.add_argument("--dir", help="the folder to create (default: ./<name>-monitor)")
     new.set_defaults(handler=cmd_new)
+    copy = commands.add_parser(
+        "copy",
+        help="copy one run from a backend with a reader to any backend, step-exact",
+        description="Read one run through SOURCE's reader (every scalar at its step, the "
+        "config, the media) and log it through a Monitor to DEST; then read DEST back and "
+        "print one line per kind. Exit status 1 when something did not arrive, 2 on an "
+        "error. `monitors list` shows which backends have a reader.",
+    )
+    copy.add_argument("source", help="the backend to read from, e.g. tensorboard")
+    copy.add_argument("dest", help="the backend to write to, e.g. trackio")
+    copy.add_argument("--project", required=True, help="the run's project")
+    copy.add_argument("--name", required=True, help="the run's name")
+    copy.add_argument("--log-dir", help="the source run's log_dir (default: the SDK's own)")
+    copy.add_argument("--to-log-dir", help="the destination's log_dir (default: --log-dir)")
+    copy.add_argument("--to-project", help="the destination project (default: --project)")
+    copy.add_argument("--to-name", help="the destination run name (default: --name)")
+    copy.add_argument("--source-option", action="append", metavar="K=V",
+                      help="an option of the source reader, e.g. tracking_uri=http://... "
+                      "(V read as JSON when it is JSON); repeatable")
+    copy.add_argument("--dest-option", action="append", metavar="K=V",
+                      help="an option of the destination backend, e.g. mode=offline; "
+                      "repeatable")
+    copy.add_argument("--dry-run", action="store_true",
+                      help="read the source, print what would be copied, write nothing")
+    copy.set_defaults(handler=cmd_copy)
     return parser
 
 

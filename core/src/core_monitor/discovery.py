@@ -22,13 +22,13 @@ from collections.abc import Mapping, Sequence
 from importlib.metadata import EntryPoint, PackageNotFoundError, distribution, entry_points
 from typing import NamedTuple
 
+from ._suggest import closest
 from .errors import (
     BackendLoadError,
     ConfigError,
     ConfigWarning,
     SdkVersionWarning,
     UnknownBackendError,
-    closest,
 )
 
 #: The entry-point group backends declare themselves in.
@@ -176,7 +176,7 @@ def find_backend(
 
     Raises:
         UnknownBackendError: no distribution declares ``name``; the message suggests the
-            closest installed name (``errors.closest``) and lists every installed one.
+            closest installed name (``_suggest.closest``) and lists every installed one.
         ConfigError: ``name`` is disabled (``select`` skips it unless ``strict``), or two
             distributions declare it; the message names the variable, or both distributions.
     """
@@ -282,14 +282,15 @@ def select(
         if key in found or key in skipped:
             raise ConfigError(f"backend {key!r} is selected twice; list each backend once")
         off = _refusal(key, [], disabled) == "disabled"
+        chosen: BackendInfo | type | None = None if isinstance(backend, str) else backend
         if isinstance(backend, str) and (not off or key not in installed):
-            backend = find_backend(key, installed, frozenset())  # unknown, conflict: raise
+            chosen = find_backend(key, installed, frozenset())  # unknown, conflict: raise
         if off and strict:
             raise _disabled_error(key)
         if off:
             skipped.append(key)
-        else:
-            found[key] = backend
+        elif chosen is not None:
+            found[key] = chosen
     known = sorted({*installed, *skipped, *found})
     for name in sorted(disabled - DISABLE_ALL - set(known)):  # e.g. WandB for wandb: a typo
         hint = f"did you mean {close!r}? " if (close := closest(name, known)) else ""

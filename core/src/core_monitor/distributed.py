@@ -30,23 +30,11 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from .errors import ConfigError
+from .errors import ConfigError, TagMismatchError
 from .events import flatten, to_float
 
 #: Accepted ``reduce=`` operations.
 OPS = ("mean", "sum", "max", "min")
-
-
-class TagMismatchError(RuntimeError):
-    """The ranks called ``Monitor.log(..., reduce=...)`` with different tags or operations.
-
-    Raised on every rank by the same collective call, so no rank is left waiting in a later
-    one. Nothing of that call is logged. ``local`` holds this rank's sorted tags.
-    """
-
-    def __init__(self, message: str, local: tuple[str, ...]) -> None:
-        super().__init__(message)
-        self.local = local
 
 
 def process_group() -> Any | None:

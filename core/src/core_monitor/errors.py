@@ -1,28 +1,6 @@
-"""The errors and warnings the core raises (all importable from ``core_monitor``), and the one
-"did you mean" helper every message that names a misspelt key uses."""
+"""The errors and warnings the core raises, all importable from ``core_monitor``."""
 
 from __future__ import annotations
-
-import difflib
-import os
-import sys
-from collections.abc import Iterable
-
-
-def closest(word: str, choices: Iterable[str]) -> str | None:
-    """The choice ``word`` most likely misspells, for a "did you mean ...?" hint; else ``None``.
-
-    A choice equal to ``word`` ignoring case wins (``"WandB"`` -> ``"wandb"``); otherwise the
-    closest by ``difflib.get_close_matches`` (ratio >= 0.6, case ignored). Names themselves
-    are always matched exactly by the core: this only suggests.
-    """
-    by_lower: dict[str, str] = {}
-    for choice in choices:
-        by_lower.setdefault(choice.lower(), choice)
-    if word.lower() in by_lower:
-        return by_lower[word.lower()]
-    close = difflib.get_close_matches(word.lower(), list(by_lower), n=1, cutoff=0.6)
-    return by_lower[close[0]] if close else None
 
 
 class ConfigError(ValueError):
@@ -139,13 +117,47 @@ class FlushTimeout(TimeoutError):
         )
 
 
-def caller_level() -> int:
-    """The ``stacklevel`` that makes a warning issued by the function calling this point at
-    the first frame outside ``core_monitor`` (the user's call of ``log``, ``flush``, ...)."""
-    level, frame = 1, sys._getframe(1)
-    while frame.f_back is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
-        frame, level = frame.f_back, level + 1
-    return level
+class TagMismatchError(RuntimeError):
+    """The ranks called ``Monitor.log(..., reduce=...)`` with different tags or operations.
+
+    Raised on every rank by the same collective call, so no rank is left waiting in a later
+    one. Nothing of that call is logged. Also importable as
+    ``core_monitor.distributed.TagMismatchError``.
+
+    Attributes:
+        local: this rank's sorted tags.
+    """
+
+    def __init__(self, message: str, local: tuple[str, ...]) -> None:
+        super().__init__(message)
+        self.local = local
 
 
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+class RemoteTraceback(Exception):
+    """The traceback text of an exception raised in a backend's writer process, set as the
+    ``__cause__`` of the exception re-raised in the training process (the convention of
+    ``concurrent.futures.ProcessPoolExecutor``), so the original traceback is printed."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.text = text
+
+    def __str__(self) -> str:
+        return self.text
+
+
+class BackendError(Exception):
+    """An exception a backend raised in its writer process whose class is not rebuilt in the
+    training process (its module is not imported there, and ``strict`` is off: importing it
+    could import the SDK). ``remote_type`` is the original class's qualified name; the
+    message is the original message; ``__cause__`` holds the original traceback text."""
+
+    def __init__(self, remote_type: str, message: str) -> None:
+        super().__init__(message)
+        self.remote_type = remote_type
+
+
+class WriterDied(BackendError):
+    """A backend's writer process ended without being asked to (a segfault in a native
+    extension, the OOM killer, ``os._exit`` in a hook). What was logged after its last flush
+    may not have been written; the other backends are not affected."""

@@ -267,15 +267,15 @@ def rows_by_step(events: Iterable[Event]) -> Iterator[tuple[int, float, dict[str
         for step, wall_time, row in events.rows:
             yield step, wall_time, dict(row)  # a copy: a backend may change it
         return
-    row: dict[str, float] = {}
-    step = wall_time = None
+    current: dict[str, float] = {}
+    step, wall_time = 0, 0.0  # set by the first event, before any row is yielded
     for event in events:
-        if row and (event.step != step or event.tag in row):
-            yield step, wall_time, row  # type: ignore[misc]
-            row = {}
-        if not row:
+        if current and (event.step != step or event.tag in current):
+            yield step, wall_time, current
+            current = {}
+        if not current:
             step, wall_time = event.step, event.wall_time
-        row[event.tag] = event.value
-    if row:
-        yield step, wall_time, row  # type: ignore[misc]
+        current[event.tag] = event.value
+    if current:
+        yield step, wall_time, current
 

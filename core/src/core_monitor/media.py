@@ -9,8 +9,11 @@ Two stages, on two threads:
   ``log()`` returns cannot change what is written). A bad value raises ``TypeError`` or
   ``ValueError`` naming the tag, and nothing of that ``log()`` call is written.
 * **Encoding** (PNG, binning: ``Histogram.binned``, each backend's own image encoder) runs
-  inside a backend's ``monitor_write_media`` hook, so that with background dispatch it runs off
-  the training thread.
+  inside a backend's ``monitor_write_media`` hook, so that it runs off the training thread
+  (in the backend's writer process by default; on its worker thread with ``dispatch="thread"``).
+
+A backend declares the kinds it stores (``media_kinds``); ``MediaRoutes`` counts what each
+backend is not sent and filters each backend's hook to its own kinds.
 
 numpy is needed for ``Image`` and ``Histogram`` (not for ``Text``); it is imported on the first
 media value, never by ``import core_monitor``.
@@ -19,9 +22,13 @@ media value, never by ``import core_monitor``.
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
+
+from ._stack import caller_level
+from .errors import BackendWarning
 
 #: The media kinds the core knows; a backend declares the ones it stores as ``media_kinds``.
 MEDIA_KINDS = frozenset({"image", "histogram", "text"})
@@ -244,3 +251,72 @@ def _numbers(tag: str, what: str, data: Any, np: Any) -> Any:
     if array.dtype.kind not in "biuf":
         raise TypeError(f"media {tag!r}: Histogram {what} have dtype {array.dtype}; give numbers")
     return array.astype(np.float64)  # always a copy
+
+
+# Routing: which media go to which backend ------------------------------------------------
+
+
+class MediaRoutes:
+    """The media kinds each started backend is sent, and what the others were not sent.
+
+    Attributes:
+        kinds: backend name -> the kinds it is sent (declared, known, and with the hook).
+        skipped: (backend name, kind) -> media values not sent there (``Monitor.media_skipped``).
+    """
+
+    def __init__(self) -> None:
+        self.kinds: dict[str, frozenset[str]] = {}
+        self.skipped: dict[tuple[str, str], int] = {}
+        self._told: set[tuple[str, str]] = set()
+
+    def add(self, name: str, declared: Iterable[str], hooks: dict[str, Callable[..., Any]]) -> None:
+        """Note a backend's kinds; wrap its ``monitor_write_media`` in ``hooks`` (changed in
+        place) to take only those kinds."""
+        hook = hooks.get("monitor_write_media")
+        kinds = self.kinds[name] = (
+            MEDIA_KINDS.intersection(declared) if hook is not None else frozenset()
+        )
+        if hook is not None and kinds:
+            hooks["monitor_write_media"] = _only_kinds(hook, kinds)
+
+    def skip(self, names: Iterable[str], items: Sequence[MediaItem]) -> bool:
+        """Count, on the caller's thread, the items each backend of ``names`` does not store;
+        return whether any of them stores any item (then the core sends them all: each hook
+        takes its own kinds).
+
+        A kind a backend does not store is reported once per (backend, kind) as a
+        ``BackendWarning``, then only counted in ``skipped``. Not a failure.
+        """
+        wanted = False
+        for name in names:
+            kinds = self.kinds[name]
+            for item in items:
+                if item.value.kind in kinds:
+                    wanted = True
+                else:
+                    self._skip(name, item)
+        return wanted
+
+    def _skip(self, name: str, item: MediaItem) -> None:
+        key = (name, item.value.kind)
+        self.skipped[key] = self.skipped.get(key, 0) + 1
+        if key not in self._told:
+            self._told.add(key)
+            warnings.warn(
+                f"backend {name!r} does not store {item.value.kind} media (its class "
+                f"declares media_kinds = {sorted(self.kinds[name])}): {item.tag!r} "
+                "and later values of that kind are not sent to it (the other backends store "
+                "them); Monitor.media_skipped counts them", BackendWarning,
+                stacklevel=caller_level())
+
+
+def _only_kinds(hook: Callable[..., Any], kinds: frozenset[str]) -> Callable[..., Any]:
+    """``hook`` (a backend's ``monitor_write_media``) called with only the items of ``kinds``,
+    and not at all when none is left."""
+
+    def monitor_write_media(items: Sequence[MediaItem]) -> None:
+        mine = tuple(item for item in items if item.value.kind in kinds)
+        if mine:
+            hook(items=mine)
+
+    return monitor_write_media

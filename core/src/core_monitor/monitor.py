@@ -1,10 +1,11 @@
 """``Monitor``: the one object training code logs through; it fans each batch out to backends.
 
-The public API only: validating each call and deciding its step. Finding and checking backends
-is ``core_monitor.discovery``; calling them under the failure policy is ``core_monitor.dispatch``;
-background or sync dispatch is ``core_monitor.channel`` (threads: ``core_monitor.worker``);
-closing what is open at exit is ``core_monitor.shutdown``; the process the monitor belongs to
-is ``core_monitor.base``; the settings rules and file reader are ``core_monitor.settings``.
+Here: validating each call and deciding its step, starting the backends, ``flush`` and
+``close``, and the process the monitor belongs to (fork handling). Finding and checking
+backends is ``core_monitor.discovery``; how calls reach them (a writer process, a worker
+thread or the caller's thread per backend, and the failure policy) is
+``core_monitor.dispatch``; closing what is open at exit is ``core_monitor.shutdown``; the
+settings rules and file reader are ``core_monitor.settings``.
 """
 
 from __future__ import annotations
@@ -16,26 +17,30 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeVar
 
-from . import shutdown
-from .base import MonitorBase
-from .channel import check_dispatch
-from .config import sanitize_config
-from .dispatch import Dispatcher
+from . import discovery, shutdown
+from .dispatch import DEFAULT_QUEUE_SIZE, BackendSpec, check_dispatch, new_dispatch
 from .distributed import Reducer
 from .errors import ConfigError
 from .events import MAX_STEP, Batch, Event, check_events, check_step, metric_rows, rows_by_step
+from .hyperparameters import sanitize_config
 from .media import MediaItem, media_taker
+from .resume import check_classes, check_resume, collect, raise_missing
 from .run import RunInfo, default_run_name, detect_rank
-from .settings import check_keywords, load_monitor_config
-from .worker import DEFAULT_QUEUE_SIZE
+from .settings import check_backend_keys, check_keywords, check_options, load_monitor_config
+
+#: Seconds ``before_fork`` waits for the monitor's lock (another thread may hold it while it
+#: waits for room in a hung backend's buffer); the fork then goes ahead without it.
+FORK_LOCK_TIMEOUT = 10.0
+
+_Self = TypeVar("_Self", bound="Monitor")
 
 #: Tags a monitor remembers as valid (a call of known tags skips the tag rules), at most.
 KNOWN_TAGS = 4096
 
 
-class Monitor(MonitorBase):
+class Monitor:
     """Log scalars once; every selected backend stores them at the caller's step.
 
     Args:
@@ -52,21 +57,37 @@ class Monitor(MonitorBase):
         strict: re-raise a backend's exception (after every other backend got the call)
             instead of warning once and counting it in ``failures``.
         rank_zero_only: only rank 0 constructs backends; other ranks validate what they log
-            and write nothing (they import no SDK). ``False`` writes from every rank.
-        dispatch: ``"background"``: ``log()`` checks and queues, one thread per backend writes
-            (``core_monitor.worker``); ``"sync"``: backends are called before ``log()`` returns.
-        queue_size: calls each backend's queue holds (background), 10,000 (about 10 MB at 10
-            scalars per call).
-        on_full: a full queue makes ``log()`` wait (``"block"``, nothing lost) or drop that
+            and write nothing (they start no writer, import no SDK). ``False`` writes from
+            every rank.
+        dispatch: where the backends' hooks run (``core_monitor.dispatch``): ``"process"``
+            (default): each backend in a writer process of its own; ``log()`` checks the
+            call and hands it to the kernel (a pipe), so a crash of this process loses none
+            of it and this process imports no SDK. ``"thread"`` (alias ``"background"``):
+            each backend on a worker thread of this process (for code that uses the SDK's
+            own objects beside the monitor, e.g. ``wandb.watch``). ``"sync"``: on the
+            caller's thread before ``log()`` returns.
+        queue_size: calls each backend's buffer holds, 10,000 by default: the queue of a
+            worker thread (about 10 MB at 10 scalars per call), or a writer's pipe of
+            ``queue_size`` KiB (at most the system's largest pipe, 1 MiB on Linux).
+        on_full: a full buffer makes ``log()`` wait (``"block"``, nothing lost) or drop that
             call for that backend only (``"drop"``: counted in ``dropped``, warned once).
+        resume: ``"never"`` (a new run), ``"allow"`` (continue the run of this project, name
+            and log_dir in every backend when it exists, else start it) or ``"must"``
+            (continue it; ``NoRunToResume`` naming each backend without it, nothing logged).
+            See ``core_monitor.resume``.
         **backend_options: one mapping per backend name, its keyword options, e.g.
             ``wandb={"mode": "offline"}``; an installed backend's are ignored when unselected.
 
     Attributes:
-        run: the ``RunInfo`` every backend got.
+        run: the ``RunInfo`` every backend got, with ``resumed`` and ``last_step`` filled
+            in after the start (``core_monitor.resume``).
+        last_steps: backend name -> the largest step its run already held (``None``: new run).
         failures: backend name -> hook calls of it that raised.
         dropped: backend name -> calls dropped for it (``on_full="drop"``).
-        undelivered: backend name -> calls still queued when ``close(timeout=...)`` gave up.
+        undelivered: backend name -> calls never written: still queued when
+            ``close(timeout=...)`` gave up, or sent after the backend's process died.
+        media_skipped: (backend, media kind) -> media values not sent there (the backend
+            lacks the kind).
 
     Its methods may be called from several threads; in a forked child it is inert (``log``).
 
@@ -75,7 +96,8 @@ class Monitor(MonitorBase):
             naming no installed backend (``logdir``: "did you mean 'log_dir'?"); an option the
             backend does not accept (naming backend, option and accepted ones); ``strict=True``
             and a disabled backend selected, or an unknown name in
-            ``EXPERIMENT_MONITORS_DISABLE``.
+            ``EXPERIMENT_MONITORS_DISABLE``; ``resume`` not one of its values.
+        core_monitor.resume.NoRunToResume: ``resume="must"`` and a backend has no such run.
         UnknownBackendError: a name that no installed distribution declares.
         BackendLoadError: a selected plugin or its SDK fails to import.
     """
@@ -90,9 +112,10 @@ class Monitor(MonitorBase):
         log_dir: str | os.PathLike[str] | None = None,
         strict: bool = False,
         rank_zero_only: bool = True,
-        dispatch: str = "background",
+        dispatch: str = "process",
         queue_size: int = DEFAULT_QUEUE_SIZE,
         on_full: str = "block",
+        resume: str = "never",
         **backend_options: Mapping[str, Any],
     ) -> None:
         backends = check_keywords(backends, project, name, strict, rank_zero_only)
@@ -105,22 +128,57 @@ class Monitor(MonitorBase):
             log_dir=Path(log_dir) if log_dir is not None else None,
             rank=rank,
             world_size=world_size,
+            resume=check_resume(resume),
         )
-        self._dispatch = Dispatcher(strict=strict)
-        self.failures: dict[str, int] = self._dispatch.failures
-        self._reports = self._dispatch.reports  # worker failures to report on this thread
-        #: (backend, media kind) -> media values not sent there: the backend lacks the kind.
-        self.media_skipped: dict[tuple[str, str], int] = self._dispatch.media_skipped
-        self.dispatch = dispatch  # "background" or "sync"
-        self._channel = None  # _start sets it, and dropped/undelivered, once backends started
-        self._lock = threading.RLock()  # step assignment + queueing; re-entered on SIGTERM
+        self._dispatch = new_dispatch(dispatch, strict=strict, queue_size=queue_size,
+                                      on_full=on_full)
+        self.dispatch: str = self._dispatch.mode  # "process", "thread" or "sync"
+        self.failures: dict[str, int] = self._dispatch.policy.failures
+        self._reports = self._dispatch.policy.reports  # to report on the caller's thread
+        self.media_skipped: dict[tuple[str, str], int] = self._dispatch.media.skipped
+        self.dropped: dict[str, int] = self._dispatch.dropped
+        self.undelivered: dict[str, int] = self._dispatch.undelivered
+        self._send = self._dispatch.send  # log()'s hot path: one bound method, no look-up
+        self._lock = threading.RLock()  # step assignment + sending; re-entered on SIGTERM
         self._pid, self._forked, self._closed = os.getpid(), False, False
+        self._fork_locked = False
         self._tags: set[str] = set()
         self._next_step = 0
         self._reducer = Reducer()  # log(reduce=...): the ranks' agreed tags
-        self._start(backends, backend_options, rank == 0 or not rank_zero_only,
-                    (dispatch, queue_size, on_full))
+        self.last_steps: dict[str, int | None] = {}
+        self._start(backends, backend_options, rank == 0 or not rank_zero_only)
         shutdown.register(self)
+
+    def _start(self, backends: list[str | type], backend_options: Mapping[str, Any],
+               write: bool) -> None:
+        """Select, load and check every backend (each name and option before any import),
+        then start them when this rank ``write``s. A failure closes what started."""
+        found = discovery.select(backends, strict=self.strict)  # before any import
+        check_backend_keys(backend_options, backends)
+        classes = {
+            k: v if isinstance(v, type) else discovery.load_backend(v) for k, v in found.items()
+        }
+        for backend_name, cls in classes.items():
+            check_options(backend_name, cls, backend_options.get(backend_name) or {})
+        if not write:
+            return
+        check_classes(self.run, classes)  # resume="must": every backend can resume
+        specs = [BackendSpec(name, cls, dict(backend_options.get(name) or {}),
+                             installed=not isinstance(found[name], type))
+                 for name, cls in classes.items()]
+        try:
+            self._dispatch.start(specs, self.run)
+            if self._dispatch.missing:  # resume="must": no backend writes, one error for all
+                self._dispatch.stop()
+                self._dispatch.close(None)
+                raise_missing(self.run, self._dispatch.missing)
+        except BaseException:  # a ConfigError, or any start failure with strict=True
+            self._closed = True
+            raise
+        self._dispatch.policy.deliver()  # the start's warnings, pointing at the caller
+        # What each backend found of an earlier run (core_monitor.resume).
+        self.run, self.last_steps, self._next_step = collect(self.run, {
+            name: facts["state"] for name, facts in self._dispatch.facts.items()})
 
     @classmethod
     def from_config(
@@ -150,9 +208,11 @@ class Monitor(MonitorBase):
     ) -> int:
         """Log scalars and media at one step, as ``wandb.log``/``accelerate.Accelerator.log`` do.
 
-        Every rule is checked here, on the caller's thread; in background mode the call is then
-        queued for every backend (all of them or none, even when a ``KeyboardInterrupt`` or
-        SIGTERM arrives) and ``log()`` returns: ``flush()`` waits for the writes.
+        Every rule is checked here, on the caller's thread; the call is then handed to every
+        backend (written into each writer process's pipe, or queued for each worker thread:
+        all of them or none, even when a ``KeyboardInterrupt`` or SIGTERM arrives) and
+        ``log()`` returns: ``flush()`` waits for the writes. In the default process dispatch
+        the call is then in the kernel: a crash of this process afterwards loses none of it.
 
         Args:
             metrics: ``{tag: value}``; nested mappings are flattened with ``/``. Values are
@@ -187,14 +247,15 @@ class Monitor(MonitorBase):
         if self._closed:
             raise self._closed_error("log")
         if self._reports:
-            self._dispatch.deliver()
+            self._dispatch.policy.deliver()
         if reduce is not None:
             metrics = self._reducer.reduce_metrics(metrics, reduce)
         if not isinstance(metrics, Mapping):
             raise TypeError(f"log() takes a mapping of {{tag: value}}, not "
                             f"{type(metrics).__name__}; e.g. monitor.log({{'loss': 0.5}}, step=1)")
         known = self._tags
-        rows = media = None  # the common case: every tag known, every value a float
+        rows: list[dict[str, float]] | None = None  # the common case: every tag known, every
+        media: list[tuple[str, Any]] | None = None  # value a float
         for tag, value in metrics.items():
             if type(value) is not float or tag not in known:
                 media = []  # (tag, media value), taken out of the rows
@@ -220,7 +281,7 @@ class Monitor(MonitorBase):
                 self._send("monitor_write", {"events": Batch(tuple((step, now, r) for r in rows))})
             if media:
                 items = tuple(MediaItem(tag, step, now, value) for tag, value in media)
-                if self._dispatch.media.skip(self.backends, items):
+                if self._dispatch.media.skip(self._dispatch.hooks, items):
                     self._send("monitor_write_media", {"items": items})
         return step
 
@@ -237,7 +298,7 @@ class Monitor(MonitorBase):
         if self._closed:
             raise self._closed_error("write_events")
         if self._reports:
-            self._dispatch.deliver()
+            self._dispatch.policy.deliver()
         now = time.time()
         checked = check_events(events)
         with self._lock:
@@ -280,3 +341,121 @@ class Monitor(MonitorBase):
             self._dispatch.warn_lacking("monitor_config", "the config given to log_config() is "
                                         "not stored there (it was stored by the other backends)")
             self._send("monitor_config", {"config": update})
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Return once every backend has written and flushed (``monitor_flush``) everything
+        logged before this call: it is then readable by each backend's own reader.
+
+        Args:
+            timeout: seconds to wait in all, ``None`` for no limit (``"sync"`` dispatch waits
+                for the calls themselves, whatever the limit).
+
+        Raises:
+            FlushTimeout: the time ran out; ``.pending``: calls not yet written, per backend.
+            Exception: with ``strict=True``, a backend's exception.
+
+        A no-op once closed, and in a forked child (the monitor belongs to its parent).
+        """
+        if self._closed:
+            return
+        if self._reports:
+            self._dispatch.policy.deliver()
+        self._dispatch.flush(self._lock, timeout)
+
+    def close(self, timeout: float | None = None) -> None:
+        """Write what is buffered, then flush and close every backend (in reverse start order
+        in this process; writer processes all at once).
+
+        Args:
+            timeout: seconds each backend gets to write its buffered calls and close (all at
+                once); ``None`` waits. A backend still busy then is not closed (its writer
+                process is killed); its calls are counted in ``undelivered`` and reported
+                (``BackendWarning``). At exit and on SIGTERM the limit is
+                ``core_monitor.shutdown.EXIT_TIMEOUT``.
+
+        Every backend is flushed and closed even when another one raises; a second call, or
+        one in a forked child, does nothing. Calls dropped (``on_full="drop"``) are reported.
+
+        Raises:
+            Exception: with ``strict=True``, the first exception a backend raised.
+        """
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._dispatch.stop()
+        shutdown.unregister(self)
+        self._dispatch.close(timeout)
+
+    @staticmethod
+    def backend_name(cls: type) -> str:
+        """The name a backend class passed directly is known by: ``cls.name`` or ``__name__``."""
+        return discovery.backend_name(cls)
+
+    @property
+    def strict(self) -> bool:
+        """Whether a backend's exception is re-raised (``True``) or warned about once."""
+        return self._dispatch.policy.strict
+
+    @property
+    def backends(self) -> list[str]:
+        """Names of the backends this process writes to, in start order (empty off rank 0)."""
+        return self._dispatch.names
+
+    def before_fork(self) -> None:
+        """Before this process forks (``core_monitor.shutdown`` calls it): hold the lock (no
+        call is half-sent) and leave no row in a buffer of this process that the child could
+        write a second time (backends in this process write and flush what they hold, within
+        ``core_monitor.dispatch.threads.FORK_FLUSH_TIMEOUT`` seconds; writer processes hold
+        nothing here). ``after_fork_in_parent`` lets the lock go. A lock held longer than
+        ``FORK_LOCK_TIMEOUT`` (another thread waiting for room in a hung backend's buffer) is
+        not waited for: the fork goes ahead unflushed."""
+        self._fork_locked = self._lock.acquire(timeout=FORK_LOCK_TIMEOUT)
+        if self._fork_locked:
+            self._dispatch.before_fork()
+
+    def after_fork_in_parent(self) -> None:
+        """Let go of the lock ``before_fork`` took."""
+        if self._fork_locked:
+            self._fork_locked = False
+            self._lock.release()
+
+    def after_fork_in_child(self) -> None:
+        """Make this monitor inert in a forked child (``core_monitor.shutdown`` calls it).
+
+        No thread of the parent exists in the child and no queued call is kept; the child
+        closes its copies of the writers' pipes (so it neither writes to a writer nor keeps
+        one alive); nothing is ever sent to a backend again from here (the parent owns the
+        runs).
+        """
+        self._closed = self._forked = True
+        self._lock = threading.RLock()  # another thread may have held it at the fork
+        self._dispatch.forget()
+
+    @property
+    def closed(self) -> bool:
+        """Whether ``close()`` has run (also ``True`` in a forked child)."""
+        return self._closed
+
+    def __enter__(self: _Self) -> _Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"<Monitor {self.run.project}/{self.run.name} {self.backends} {state}>"
+
+    def _closed_error(self, method: str) -> RuntimeError:
+        if self._forked:
+            return RuntimeError(
+                f"{method}() in process {os.getpid()} on the Monitor of run {self.run.name!r}, "
+                f"created by process {self._pid}: this process is a fork of it, and a forked "
+                "child never writes to its parent's runs. Log from the parent, or create a new "
+                "Monitor in the child (a run of its own)"
+            )
+        return RuntimeError(
+            f"{method}() on the closed Monitor of run {self.run.name!r}; call it before "
+            "close(), or create a new Monitor"
+        )

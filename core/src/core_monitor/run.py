@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import sys
@@ -22,13 +23,18 @@ class RunInfo:
         project: project name, shared by runs that belong together (wandb/Trackio "project").
         name: run name. When the caller gives none the core makes one (``default_run_name``),
             so every backend names the run alike.
-        config: hyperparameters, already sanitised by ``core_monitor.config.sanitize_config``:
-            a flat, read-only mapping of ``str`` keys (nesting joined with ``.``) to JSON-safe
-            values.
+        config: hyperparameters, already sanitised by
+            ``core_monitor.hyperparameters.sanitize_config``: a flat, read-only mapping of
+            ``str`` keys (nesting joined with ``.``) to JSON-safe values.
         log_dir: root folder under which a local backend writes, or ``None`` for the SDK's own
             default. A ``log_dir`` given here wins over ``TRACKIO_DIR`` / ``WANDB_DIR``.
         rank: this process's rank (0 for single-process training).
         world_size: number of processes in the job (1 for single-process training).
+        resume: ``"never"``, ``"allow"`` or ``"must"``: whether a backend continues the
+            existing run of this identity (``core_monitor.resume``; ``Monitor(resume=...)``).
+        resumed: (``Monitor.run`` only, after the start) some backend continued a run.
+        last_step: (``Monitor.run`` only) the largest step every continuing backend already
+            holds, ``None`` when there is nothing to skip (``core_monitor.resume.collect``).
     """
 
     project: str
@@ -37,6 +43,16 @@ class RunInfo:
     log_dir: Path | None = None
     rank: int = 0
     world_size: int = 1
+    resume: str = "never"
+    resumed: bool = False
+    last_step: int | None = None
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickle as the fields, ``config`` as a plain ``dict`` (a writer process gets the
+        ``RunInfo`` this way; ``MappingProxyType`` itself does not pickle)."""
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        fields["config"] = dict(fields["config"])
+        return (_rebuild_run, (fields,))
 
     @property
     def ranked_name(self) -> str:
@@ -49,6 +65,12 @@ class RunInfo:
         ``rank`` itself instead (TensorBoard's sub-run ``<name>/rank<rank>``).
         """
         return self.name if self.rank == 0 else f"{self.name}-rank{self.rank}"
+
+
+def _rebuild_run(fields: dict[str, Any]) -> RunInfo:
+    """``RunInfo.__reduce__``'s counterpart: the config read-only again."""
+    fields["config"] = MappingProxyType(fields["config"])
+    return RunInfo(**fields)
 
 
 #: Default run names handed out in this process, so that none is handed out twice.

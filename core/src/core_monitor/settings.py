@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from . import discovery
-from .errors import ConfigError, UnknownBackendError, closest
+from ._suggest import closest
+from .errors import ConfigError, UnknownBackendError
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -32,7 +33,7 @@ else:  # pragma: no cover - exercised on 3.10 only
 
 #: ``Monitor`` keyword arguments besides ``backends``; any other keyword names a backend.
 MONITOR_KEYWORDS = ("project", "name", "config", "log_dir", "strict", "rank_zero_only",
-                    "dispatch", "queue_size", "on_full")
+                    "dispatch", "queue_size", "on_full", "resume")
 #: Top-level keys of a settings file (or mapping), besides one section per backend.
 FILE_KEYS = ("backends", *MONITOR_KEYWORDS)
 #: Comma-separated backends to select when neither code nor file does, e.g. ``trackio,wandb``.
@@ -110,7 +111,7 @@ def check_backend_keys(
 
     Raises:
         ConfigError: naming the first unknown key, the closest known one ("did you mean
-            'log_dir'?", ``errors.closest``), the accepted keys and the installed backends.
+            'log_dir'?", ``_suggest.closest``), the accepted keys and the installed backends.
     """
     selected = [b if isinstance(b, str) else discovery.backend_name(b) for b in backends]
     unknown = sorted(key for key in keys if key not in FILE_KEYS and key not in selected)
@@ -141,7 +142,7 @@ def check_options(name: str, cls: type, options: Mapping[str, Any]) -> None:
     Raises:
         ConfigError: ``options`` is not a mapping, or names an option the class does not take;
             the message names the backend, the option, the closest accepted one
-            (``errors.closest``) and every accepted one.
+            (``_suggest.closest``) and every accepted one.
     """
     if not isinstance(options, Mapping):
         raise ConfigError(f"options of backend {name!r} must be a mapping, not "
@@ -216,6 +217,7 @@ def load_monitor_config(
         log_dir = "runs"                        # optional, relative to the current directory
         strict = false                          # optional
         rank_zero_only = true                   # optional
+        resume = "allow"                        # optional: "never", "allow" or "must"
         [config]                                # optional: hyperparameters
         lr = 3e-4
         [tensorboard]                           # optional: one installed backend's options

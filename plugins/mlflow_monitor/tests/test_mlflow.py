@@ -31,6 +31,7 @@ pytest.importorskip("mlflow_monitor")
 from core_monitor import (
     BackendWarning,
     ConfigError,
+    Event,
     Histogram,
     Image,
     Monitor,
@@ -40,6 +41,7 @@ from core_monitor import (
 )
 from core_monitor.testing import MonitorContract
 from mlflow_monitor import (
+    CRASH_TAG,
     ESCAPE,
     MEDIA_ESCAPE,
     MlflowMonitor,
@@ -229,6 +231,24 @@ def monitor_factory(tmp_path, mlflow_server):
 
 
 # Storage: steps, values, tags, config -----------------------------------------------------------
+
+
+def test_a_crash_ends_the_run_failed_with_the_reason_as_a_tag(tmp_path):
+    crashed = RunInfo(project="cases", name="crashed", log_dir=tmp_path)
+    backend = MlflowMonitor(crashed)
+    backend.monitor_write([Event("loss", 0.5, step, 1.0e9 + step) for step in range(3)])
+    backend.monitor_crash(reason="the training process (pid 1) ended without closing")
+    backend.monitor_close()
+    backend.monitor_close()  # a second close does nothing
+    found = find_run(crashed)
+    assert found.info.status == "FAILED"
+    assert found.data.tags[CRASH_TAG] == "the training process (pid 1) ended without closing"
+    assert read_rows(crashed) == [("loss", step, 0.5) for step in range(3)]
+
+    closed = RunInfo(project="cases", name="closed", log_dir=tmp_path)
+    MlflowMonitor(closed).monitor_close()
+    assert find_run(closed).info.status == "FINISHED"
+    assert CRASH_TAG not in find_run(closed).data.tags
 
 
 def test_importing_the_plugin_imports_no_mlflow():

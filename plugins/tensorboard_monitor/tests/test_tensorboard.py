@@ -19,9 +19,10 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tensorboard.backend.event_processing.event_file_loader import LegacyEventFileLoader
 from tensorboard.plugins.hparams import metadata as hparams_metadata
 
-from core_monitor import ConfigError, Monitor, RunInfo
+from core_monitor import ConfigError, Event, Monitor, RunInfo
 from core_monitor.testing import MonitorContract
 from tensorboard_monitor import (
+    CRASH_TAG,
     TensorBoardMonitor,
     hparam_value,
     read_config,
@@ -417,3 +418,22 @@ def test_from_deepspeed_puts_events_where_deepspeeds_own_writer_does():
     assert TensorBoardMonitor.from_deepspeed({"output_path": "o", "job_name": "j"}) == {
         "run_dir": os.path.join("o", "j"), "name": "j"}
     assert TensorBoardMonitor.from_deepspeed({}) == {"run_dir": "DeepSpeedJobName"}
+
+
+def test_a_crash_is_a_text_at_the_runs_largest_step(tmp_path):
+    crashed = RunInfo(project="cases", name="crashed", log_dir=tmp_path)
+    backend = TensorBoardMonitor(crashed)
+    backend.monitor_write([Event("loss", 0.5, step, 1.0e9 + step) for step in (0, 7, 3)])
+    backend.monitor_flush()
+    backend.monitor_crash(reason="the training process (pid 1) ended without closing")
+    backend.monitor_close()
+    backend.monitor_crash(reason="after close: nothing")
+    assert [(tag, step, value.text) for tag, step, value in read_media(crashed)] == [
+        (CRASH_TAG, 7, "the training process (pid 1) ended without closing")]
+    assert read_rows(crashed) == [("loss", step, 0.5) for step in (0, 7, 3)]
+
+    closed = RunInfo(project="cases", name="closed", log_dir=tmp_path)
+    backend = TensorBoardMonitor(closed)
+    backend.monitor_write([Event("loss", 0.5, 0, 1.0e9)])
+    backend.monitor_close()
+    assert read_media(closed) == []

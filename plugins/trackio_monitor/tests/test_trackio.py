@@ -7,6 +7,7 @@ Trackio's own reader ``trackio.sqlite_storage.SQLiteStorage``.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import socketserver
@@ -19,9 +20,24 @@ from interpreter import imported_after, load_error_after, run_python
 from trackio import context_vars, utils
 from trackio.sqlite_storage import SQLiteStorage
 
-from core_monitor import ConfigError, Monitor, RunInfo
+from core_monitor import ConfigError, Event, RunInfo
+from core_monitor import Monitor as _Monitor
 from core_monitor.testing import MonitorContract
-from trackio_monitor import TrackioMonitor, read_config, read_media, read_rows, trackio_dir
+from trackio_monitor import (
+    CRASH_ALERT_TITLE,
+    TrackioMonitor,
+    read_alerts,
+    read_config,
+    read_media,
+    read_rows,
+    trackio_dir,
+)
+
+#: Most tests here check the plugin against Trackio's process-wide state as this process sees
+#: it (Trackio's folder, its current run, ``SQLiteStorage`` while the run is open), so their
+#: backend runs in this process (``dispatch="sync"``). The default, a writer process, is what
+#: the contract kit below, the subprocess tests and tests/plugins/test_crash.py run.
+Monitor = functools.partial(_Monitor, dispatch="sync")
 
 
 class TestTrackioContract(MonitorContract):
@@ -312,7 +328,7 @@ def test_a_trackio_without_an_internal_the_plugin_uses_fails_loudly():
     message = load_error_after(
         "import trackio.run\nfrom core_monitor import Monitor\n"
         "del trackio.run.Run._flush_queues_inline",
-        "Monitor(['trackio'], project='p', log_dir='unused', strict=True)",
+        "Monitor(['trackio'], project='p', log_dir='unused', strict=True, dispatch='sync')",
     )
     assert "'trackio'" in message and "_flush_queues_inline" in message
     assert "trackio>=0.42,<0.44" in message
@@ -367,3 +383,22 @@ def test_media_are_in_trackios_own_rows_and_media_folder(log_dir):
     assert [(t, s, type(v).__name__) for t, s, v in read_media(monitor.run)] == [
         ("img", 40, "Image"), ("w", 7, "Histogram"), ("step", 7, "Text")]
     assert read_rows(monitor.run) == [("loss", 40, 1.0)]
+
+
+def test_a_crash_is_an_error_alert_on_the_run_at_its_last_step(tmp_path, capsys):
+    crashed = RunInfo(project="cases", name="crashed", log_dir=tmp_path)
+    backend = TrackioMonitor(crashed)
+    backend.monitor_write([Event("loss", 0.5, step, 1.0e9 + step) for step in range(3)])
+    backend.monitor_crash(reason="the training process (pid 1) ended without closing")
+    backend.monitor_close()
+    assert read_alerts(crashed) == [
+        ("error", CRASH_ALERT_TITLE, "the training process (pid 1) ended without closing", 2)]
+    assert read_rows(crashed) == [("loss", step, 0.5) for step in range(3)]
+    assert "TRACKIO" not in capsys.readouterr().out, "quiet=True hides Trackio's alert line"
+
+    closed = RunInfo(project="cases", name="closed", log_dir=tmp_path)
+    backend = TrackioMonitor(closed)
+    backend.monitor_write([Event("loss", 0.5, 0, 1.0e9)])
+    backend.monitor_close()
+    assert read_alerts(closed) == []
+    assert read_alerts(RunInfo(project="other", name="closed", log_dir=tmp_path)) == []

@@ -13,13 +13,14 @@ from pathlib import Path
 import pytest
 from interpreter import imported_after, load_error_after, run_python
 
-from core_monitor import ConfigError, Monitor, RunInfo
+from core_monitor import ConfigError, Event, Monitor, RunInfo
 from core_monitor.testing import MonitorContract
 from wandb_monitor import (
     ESCAPE,
     WandbMonitor,
     find_run_dirs,
     read_config,
+    read_exit_code,
     read_media,
     read_records,
     read_rows,
@@ -110,6 +111,25 @@ def test_c1_explicit_steps_are_stored_through_the_entry_point(monitor_factory):
     assert steps_of(read_rows(monitor.run), "loss") == [0, 10, 20, 120]
 
 
+def test_a_crash_finishes_the_run_with_exit_code_1_and_a_close_with_0(tmp_path):
+    crashed = RunInfo(project="cases", name="crashed", log_dir=tmp_path)
+    backend = WandbMonitor(crashed, **OPTIONS)
+    backend.monitor_write([Event("loss", 0.5, step, 1.0e9 + step) for step in range(3)])
+    backend.monitor_flush()
+    backend.monitor_crash(reason="the training process (pid 1) ended without closing")
+    backend.monitor_close()
+    backend.monitor_close()  # a second close does nothing
+    assert read_exit_code(crashed) == 1
+    assert read_rows(crashed) == [("loss", step, 0.5) for step in range(3)]
+
+    closed = RunInfo(project="cases", name="closed", log_dir=tmp_path)
+    backend = WandbMonitor(closed, **OPTIONS)
+    assert read_exit_code(closed) is None, "no exit record while the run is open"
+    backend.monitor_close()
+    assert read_exit_code(closed) == 0
+    assert read_exit_code(RunInfo(project="cases", name="never", log_dir=tmp_path)) is None
+
+
 def test_c2_lower_step_keeps_its_row_and_wandb_step_only_counts_rows(monitor_factory):
     monitor = monitor_factory()
     monitor.log({"loss": 1.0}, step=5)
@@ -144,7 +164,7 @@ def test_c3_rows_survive_a_process_that_exits_without_close(tmp_path):
         import os
         from core_monitor import Monitor
         monitor = Monitor(["wandb"], project="c3", name="no-close", log_dir={str(log_dir)!r},
-                          wandb={OPTIONS!r})
+                          wandb={OPTIONS!r}, dispatch="thread")  # wandb-core: our child
         for step in range(3):
             monitor.log({{"loss": step / 2}}, step=step)
         for entry in os.listdir("/proc"):  # the service this process started
@@ -299,17 +319,20 @@ def test_tags_wandb_reserves_are_escaped_in_storage(monitor_factory):
     ]
 
 
-def test_an_open_run_reads_as_a_prefix_and_completes_at_close(monitor_factory):
+def test_an_open_run_reads_as_a_prefix_and_is_complete_after_flush(monitor_factory):
+    """wandb-core writes whole 32 KiB blocks: without a flush an open run reads as a prefix;
+    flush() writes the block through (so a killed process keeps every row)."""
     monitor = monitor_factory()
     for step in range(300):
         monitor.log({f"tag{i}": step + i / 8 for i in range(8)}, step=step)
-    monitor.flush()  # a no-op: wandb writes whole 32 KiB blocks until the run finishes
-    while_open = read_rows(monitor.run)
+    before_flush = read_rows(monitor.run)
+    monitor.flush()
+    after_flush = read_rows(monitor.run)
     monitor.close()
     after_close = read_rows(monitor.run)
     assert len(after_close) == 300 * 8
-    assert len(while_open) < len(after_close)
-    assert while_open == after_close[: len(while_open)]
+    assert before_flush == after_close[: len(before_flush)]
+    assert after_flush == after_close
 
 
 def test_a_corrupt_transaction_log_is_reported(monitor_factory):
@@ -441,7 +464,7 @@ def test_a_wandb_without_an_internal_the_plugin_uses_fails_loudly(tmp_path):
         "from wandb.sdk import wandb_setup\nfrom core_monitor import Monitor\n"
         "del wandb_setup._WandbSetup.remove_active_run",
         f"Monitor(['wandb'], project='p', log_dir={str(tmp_path)!r}, strict=True, "
-        f"wandb={OPTIONS!r})",
+        f"wandb={OPTIONS!r}, dispatch='sync')",  # the changed SDK is this process's
     )
     assert "remove_active_run" in message and "wandb>=0.31,<0.32" in message
     assert find_run_dirs(tmp_path) == []  # refused before any run started

@@ -19,7 +19,7 @@ import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..config import sanitize_config
+from ..hyperparameters import sanitize_config
 from ..monitor import Monitor
 from ..run import default_run_name
 
@@ -82,16 +82,25 @@ class LazyRun:
         monitor = self._monitor
         return monitor if monitor is not None and not monitor.closed else None
 
-    def monitor(self) -> Monitor:
-        """The open ``Monitor``, created now if there is none (see the class docstring)."""
+    def monitor(self, resume: bool = False) -> Monitor:
+        """The open ``Monitor``, created now if there is none (see the class docstring).
+
+        Args:
+            resume: the framework resumes training from a checkpoint (the Trainer's
+                ``resume_from_checkpoint``, Lightning's ``ckpt_path``): a run started now
+                reattaches to the run of the current name, ``Monitor(resume="allow")``
+                (unless the logger was given its own ``resume``), instead of ``<name>-2``
+                after a close, so one training job stays one run in every tracker, also
+                across processes when the run has a fixed name.
+        """
         _waiting.discard(self)
         if self._monitor is not None and not self._monitor.closed:
             return self._monitor
         if self._same_name:
             self._same_name = False
-        else:
+        elif not (resume and self.count >= 1):  # resume: the same name again
             self.count += 1
-        if self.count > 1 and self._monitor is not None:
+        if self.count > 1 and self._monitor is not None and not resume:
             warnings.warn(
                 f"{self.source}: run {self._monitor.run.name!r} was closed; logging again "
                 f"starts a new run {self.name!r} in project {self.project!r} (backends cannot "
@@ -99,8 +108,11 @@ class LazyRun:
             )
         for other in list(_waiting):
             other.close()
+        kwargs = dict(self.monitor_kwargs)
+        if resume:
+            kwargs.setdefault("resume", "allow")
         self._monitor = Monitor(self.backends, project=self.project, name=self.name,
-                                config=self.config, **self.monitor_kwargs)
+                                config=self.config, **kwargs)
         return self._monitor
 
     def log_config(self, config: Any) -> None:

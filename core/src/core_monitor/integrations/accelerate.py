@@ -146,6 +146,7 @@ class MonitorTracker(GeneralTracker):
         """Store the config given to ``init_trackers`` (``Monitor.log_config``: sanitised,
         merged, shown where each tracker shows a run's config)."""
         self._started()
+        assert self._runs is not None  # _started raised otherwise
         self._runs.log_config(values)
 
     def log(self, values: Mapping[str, Any], step: int | None = None, **kwargs: Any) -> None:

@@ -185,7 +185,7 @@ def initialize(*args: Any, **kwargs: Any) -> tuple[Any, Any, Any, Any]:
             them (e.g. no config at all).
     """
     kwargs = dict(kwargs)
-    ds_args = args[0] if args else kwargs.get("args")
+    ds_args: Any = args[0] if args else kwargs.get("args")
     if kwargs.get("config") is not None:
         source = kwargs["config"]
     elif kwargs.get("config_params") is not None:

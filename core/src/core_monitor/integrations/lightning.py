@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from argparse import Namespace
 from collections.abc import Mapping, Sequence
+from types import FrameType
 from typing import Any
 
 from lightning.pytorch.loggers import Logger
@@ -28,6 +29,32 @@ __all__ = ["DEFAULT_PROJECT", "MonitorLogger"]
 
 #: The project when none is given: the name Lightning's built-in loggers default to.
 DEFAULT_PROJECT = "lightning_logs"
+
+
+def _fitting_from_checkpoint() -> bool:
+    """Whether a Lightning ``Trainer`` up the call stack runs from a checkpoint: Lightning hands
+    a logger no trainer, and reads ``experiment`` from inside its own calls (the setup hook of
+    ``Trainer._run(model, ckpt_path=...)``, before the checkpoint is restored and
+    ``trainer.ckpt_path`` set), so the ``ckpt_path`` of the ``Trainer`` method running is
+    read, else ``trainer.ckpt_path``."""
+    import sys
+
+    trainer_class = getattr(sys.modules.get("lightning.pytorch"), "Trainer", None)
+    if trainer_class is None:
+        return False
+    found = None
+    frame: FrameType | None = sys._getframe(1)
+    for _ in range(64):
+        if frame is None:
+            break
+        local = frame.f_locals
+        for key in ("self", "trainer"):
+            if isinstance(local.get(key), trainer_class):
+                if key == "self" and "ckpt_path" in local:
+                    return local["ckpt_path"] is not None
+                found = found or local[key]
+        frame = frame.f_back
+    return found is not None and getattr(found, "ckpt_path", None) is not None
 
 
 class MonitorLogger(Logger):
@@ -89,8 +116,12 @@ class MonitorLogger(Logger):
     @property
     def experiment(self) -> Monitor:
         """The ``Monitor`` of the run (created at first access; on every rank, where ranks
-        other than 0 write nothing: no ``DummyExperiment``)."""
-        return self._runs.monitor()
+        other than 0 write nothing: no ``DummyExperiment``). A run started while the
+        ``Trainer`` fits from a checkpoint (``fit(ckpt_path=...)``) reattaches to the run of
+        this name (``Monitor(resume="allow")``) instead of starting ``<name>-2``."""
+        runs = self._runs
+        started = runs.started
+        return started if started is not None else runs.monitor(resume=_fitting_from_checkpoint())
 
     @property
     def monitor(self) -> Monitor | None:

@@ -111,7 +111,7 @@ class MonitorCallback(TrainerCallback):
         values = trainer_tags(dict(metrics)) if self._rewrite else metrics
         monitor.log(loggable(values, self._warned, "MonitorCallback"), step=state.global_step)
 
-    def _start(self, args: Any, model: Any) -> Monitor:
+    def _start(self, args: Any, model: Any, resume: bool = False) -> Monitor:
         """The open run (started now if needed) with the config of ``args`` and ``model``."""
         config: dict[str, Any] = {}
         model_config = getattr(model, "config", None)
@@ -123,14 +123,16 @@ class MonitorCallback(TrainerCallback):
         if callable(num_parameters):
             config["model/num_parameters"] = num_parameters()
         runs = self._run(args)
-        monitor = runs.monitor()
+        monitor = runs.monitor(resume=resume)
         runs.log_config(config)
         return monitor
 
     def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None,
                        **kwargs: Any) -> None:
-        """Start the run (or go on with the open one) and store its config."""
-        self._start(args, model)
+        """Start the run (or go on with the open one) and store its config. Training resumed
+        from a checkpoint (``trainer.train(resume_from_checkpoint=...)``: ``state.global_step``
+        restored above 0) reattaches to the run of this name (``Monitor(resume="allow")``)."""
+        self._start(args, model, resume=getattr(state, "global_step", 0) > 0)
 
     def on_log(self, args: Any, state: Any, control: Any, logs: Mapping[str, Any] | None = None,
                model: Any = None, **kwargs: Any) -> None:

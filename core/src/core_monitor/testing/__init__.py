@@ -33,9 +33,12 @@ it (no ``pytest11`` entry point), so the test runs of other projects in the same
 stay as they were, as with pytest's own ``pytester``.
 
 What the core guarantees a backend (so a backend need not be thread-safe): its hooks are never
-called concurrently (one worker thread per backend in background dispatch, a lock in sync
-mode), they may run on a thread other than the constructor's, batches arrive in the order
-logged, and no hook is ever called from a forked child of the process that built it.
+called concurrently (one writer process per backend by default, one worker thread per backend
+with ``dispatch="thread"``, a lock in sync mode), they may run on a thread other than the
+constructor's, batches arrive in the order logged, and no hook is ever called from a forked
+child of the process that built it. By default the backend is constructed in a writer process
+(``core_monitor.dispatch.writer``), so it must be importable by module path there, and its
+options and the ``RunInfo`` must pickle; the kit's tests run in that mode.
 
 Modules: ``contract`` (``MonitorContract``: fixtures and assertions), ``_steps`` (the step and
 value checks), ``_runs`` (flush, close, runs, ranks, config, imports), ``_media`` (images,

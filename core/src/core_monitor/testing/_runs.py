@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import sys
@@ -12,44 +13,32 @@ from typing import Any
 import pytest
 
 from ..errors import BackendWarning
-from ..hookspecs import hookimpl
+from ..hookspecs import HOOKS, hookimpl, hookimpl_options
 from ..monitor import Monitor
 from ..run import RunInfo
 from ._imports import CORE_DISTRIBUTION, requirement_modules
 from ._messages import config_matches, short, stored_as
 
-#: The hooks of ``core_monitor.hookspecs``, in the order the core calls them.
-HOOKS = ("monitor_write", "monitor_write_media", "monitor_config", "monitor_flush",
-         "monitor_close")
-#: The attribute pluggy's ``hookimpl`` marker sets on a hook implementation.
-MARK = f"{hookimpl.project_name}_impl"
+
+def marked(backend_class: type, hook: str) -> bool:
+    """Whether ``backend_class`` has ``hook`` marked with ``@hookimpl`` (what the core calls)."""
+    return hookimpl_options(backend_class, hook) is not None
 
 
 def recording_hook(backend_class: type, hook: str, calls: list[str]) -> Callable[..., Any]:
-    """A hook implementation that notes ``hook`` in ``calls``, then runs ``backend_class``'s."""
+    """A hook implementation that notes ``hook`` in ``calls``, then runs ``backend_class``'s.
+
+    It takes the parameters ``backend_class``'s own implementation takes (pluggy reads them
+    from its signature, which ``functools.wraps`` hands on), so it works for any hook of
+    ``hookspecs.HOOKS``."""
     parent = getattr(backend_class, hook)
-    if hook == "monitor_write":
-        def monitor_write(self: Any, events: Any) -> None:
-            calls.append(hook)
-            parent(self, events=events)
-        function: Callable[..., Any] = monitor_write
-    elif hook == "monitor_write_media":
-        def monitor_write_media(self: Any, items: Any) -> None:
-            calls.append(hook)
-            parent(self, items=items)
-        function = monitor_write_media
-    elif hook == "monitor_config":
-        def monitor_config(self: Any, config: Any) -> None:
-            calls.append(hook)
-            parent(self, config=config)
-        function = monitor_config
-    else:
-        def no_argument(self: Any) -> None:
-            calls.append(hook)
-            parent(self)
-        no_argument.__name__ = hook
-        function = no_argument
-    return hookimpl(function)
+
+    @functools.wraps(parent, updated=())  # name and signature; not the parent's marker
+    def record(self: Any, *args: Any, **kwargs: Any) -> Any:
+        calls.append(hook)
+        return parent(self, *args, **kwargs)
+
+    return hookimpl(record)
 
 
 class RunChecks:
@@ -110,7 +99,7 @@ class RunChecks:
         this backend's hooks, through a subclass that records each call)."""
         calls: list[str] = []
         recorded = {hook: recording_hook(backend_class, hook, calls) for hook in HOOKS
-                    if getattr(getattr(backend_class, hook, None), MARK, None) is not None}
+                    if marked(backend_class, hook)}
         recording = type(f"Recording{backend_class.__name__}", (backend_class,),
                          {"name": Monitor.backend_name(backend_class), **recorded})
         monitor = make_monitor(backend=recording, dispatch="sync")  # calls: in-process
@@ -262,7 +251,7 @@ class RunChecks:
         self.assert_config(stored_config(monitor), want, late={})
 
     def test_config_given_late_is_merged(self, backend_class, make_monitor, stored_config):
-        if getattr(getattr(backend_class, "monitor_config", None), MARK, None) is None:
+        if not marked(backend_class, "monitor_config"):
             pytest.fail(f"{backend_class.__qualname__} declares stores_config = True but has no "
                         "@hookimpl monitor_config: implement it to store config given late "
                         "(Monitor.log_config)", pytrace=False)

@@ -7,16 +7,17 @@ import functools
 import inspect
 import types
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import pytest
 
-from ..hookspecs import Capabilities
+from ..hookspecs import HOOKS, Capabilities
 from ..monitor import Monitor
 from ..run import RunInfo
 from ._media import MediaChecks
 from ._messages import same, short, step_hint, stored_as, value_hint
-from ._runs import HOOKS, MARK, RunChecks
+from ._resume import ResumeChecks
+from ._runs import RunChecks, marked
 from ._steps import StepChecks
 from .factory import MonitorFactory
 
@@ -33,6 +34,7 @@ SUPPLIED: dict[str, str | None] = {
     "read_config": None,
     "read_media": None,
     "backend_options": None,
+    "dispatch": None,
 }
 #: Callables a supplied class attribute may hold, as opposed to a pytest fixture of the same
 #: name (a fixture is an object pytest made, or on pytest < 8.4 a function taking ``self``).
@@ -47,7 +49,7 @@ def _is_value(raw: Any) -> bool:
     return False
 
 
-class MonitorContract(StepChecks, RunChecks, MediaChecks):
+class MonitorContract(StepChecks, RunChecks, MediaChecks, ResumeChecks):
     """Abstract test class: subclass it and say what to test with class attributes::
 
         class TestMyBackend(MonitorContract):
@@ -56,6 +58,8 @@ class MonitorContract(StepChecks, RunChecks, MediaChecks):
             read_config = staticmethod(my_monitor.read_config)   # with stores_config = True
             read_media = staticmethod(my_monitor.read_media)     # with media_kinds declared
             backend_options = {"flush_secs": 1}            # optional: the backend's options
+            dispatch = "thread"    # optional: the kit's monitors run the backend in a writer
+                                   # process ("process", the default), a thread, or "sync"
 
     Each of these may instead be a pytest fixture of the same name, which is how a value that
     depends on another fixture is given (a reader bound to a test server's address, say).
@@ -105,35 +109,53 @@ class MonitorContract(StepChecks, RunChecks, MediaChecks):
                         f"define a fixture {name})", pytrace=False)
         return {} if name == "backend_options" else None
 
-    @pytest.fixture
-    def backend_class(self) -> type:
-        """The backend class under test (class attribute or fixture ``backend_class``)."""
-        return self._given("backend_class")
+    if TYPE_CHECKING:
+        # What a subclass supplies: a class attribute (``backend_class = MyMonitor``,
+        # ``read_rows = staticmethod(read_rows)``) or a fixture of that name; either is right,
+        # so a type checker sees these loosely. At run time they are the kit's fixtures below.
+        backend_class: Any
+        read_rows: Any
+        read_config: Any
+        read_media: Any
+        backend_options: Any
+        dispatch: Any
+    else:
+        @pytest.fixture
+        def backend_class(self) -> type:
+            """The backend class under test (class attribute or fixture ``backend_class``)."""
+            return self._given("backend_class")
 
-    @pytest.fixture
-    def read_rows(self) -> Callable[[RunInfo], Rows]:
-        """``RunInfo -> [(tag, step, value)]``: the run's scalars read back from the backend's
-        own storage, in storage order."""
-        return self._given("read_rows")
+        @pytest.fixture
+        def read_rows(self) -> Callable[[RunInfo], Rows]:
+            """``RunInfo -> [(tag, step, value)]``: the run's scalars read back from the backend's
+            own storage, in storage order."""
+            return self._given("read_rows")
 
-    @pytest.fixture
-    def read_config(self) -> Callable[[RunInfo], Mapping[str, Any]] | None:
-        """A function ``RunInfo -> dict`` (the stored config, the plugin's key escaping undone,
-        ``{}`` when none); ``None`` (the default) skips the config checks."""
-        return self._given("read_config")
+        @pytest.fixture
+        def read_config(self) -> Callable[[RunInfo], Mapping[str, Any]] | None:
+            """A function ``RunInfo -> dict`` (the stored config, the plugin's key escaping undone,
+            ``{}`` when none); ``None`` (the default) skips the config checks."""
+            return self._given("read_config")
 
-    @pytest.fixture
-    def read_media(self) -> Callable[[RunInfo], list[tuple[str, int, Any]]] | None:
-        """A function ``RunInfo -> [(tag, step, value)]``, ``value`` a
-        ``core_monitor.Image``/``Histogram``/``Text`` rebuilt from your storage (an image's
-        ``array`` as stored, ``(H, W, C)``; a histogram's ``edges`` and ``counts``), in storage
-        order; ``None`` (the default) is only right for a backend without ``media_kinds``."""
-        return self._given("read_media")
+        @pytest.fixture
+        def read_media(self) -> Callable[[RunInfo], list[tuple[str, int, Any]]] | None:
+            """A function ``RunInfo -> [(tag, step, value)]``, ``value`` a
+            ``core_monitor.Image``/``Histogram``/``Text`` rebuilt from your storage (an image's
+            ``array`` as stored, ``(H, W, C)``; a histogram's ``edges`` and ``counts``), in storage
+            order; ``None`` (the default) is only right for a backend without ``media_kinds``."""
+            return self._given("read_media")
 
-    @pytest.fixture
-    def backend_options(self) -> dict[str, Any]:
-        """The backend's keyword options for every monitor the kit builds (default none)."""
-        return dict(self._given("backend_options"))
+        @pytest.fixture
+        def backend_options(self) -> dict[str, Any]:
+            """The backend's keyword options for every monitor the kit builds (default none)."""
+            return dict(self._given("backend_options"))
+
+        @pytest.fixture
+        def dispatch(self) -> str:
+            """The ``Monitor(dispatch=...)`` of the kit's monitors: ``"process"`` (the default,
+            what users get), or ``"thread"`` for a backend written for a test that keeps its
+            rows in this process's memory."""
+            return self._given("dispatch") or "process"
 
     @pytest.fixture
     def capabilities(self, backend_class: type) -> Capabilities:
@@ -145,7 +167,7 @@ class MonitorContract(StepChecks, RunChecks, MediaChecks):
 
     @pytest.fixture
     def make_monitor(
-        self, backend_class: type, backend_options: dict[str, Any], tmp_path: Any
+        self, backend_class: type, backend_options: dict[str, Any], dispatch: str, tmp_path: Any
     ) -> Iterator[Callable[..., Monitor]]:
         """Real monitors around the backend only (``strict=True``); closed at teardown.
 
@@ -158,6 +180,7 @@ class MonitorContract(StepChecks, RunChecks, MediaChecks):
         def make(backend: type | None = None, **kwargs: Any) -> Monitor:
             cls = backend or backend_class
             kwargs.setdefault(Monitor.backend_name(cls), backend_options)
+            kwargs.setdefault("dispatch", dispatch)
             return factory([cls], **kwargs)
 
         yield make
@@ -261,7 +284,7 @@ class MonitorContract(StepChecks, RunChecks, MediaChecks):
         """A hook method without ``@hookimpl`` is never called; capabilities are valid values."""
         for hook in HOOKS:
             method = getattr(backend_class, hook, None)
-            if callable(method) and getattr(method, MARK, None) is None:
+            if callable(method) and not marked(backend_class, hook):
                 pytest.fail(f"{backend_class.__qualname__}.{hook} has no @hookimpl marker, so "
                             "the core never calls it: decorate it with core_monitor.hookimpl",
                             pytrace=False)

@@ -2,25 +2,57 @@
 
 MLflow is imported when the first ``MlflowMonitor`` is constructed (or by ``check_sdk``),
 never at import of this module.
+
+The class, by concern: the hooks; buffering rows (one MLflow metric point per scalar, its
+timestamp made strictly increasing per tag, sent in ``log_batch`` requests when the buffer
+holds ``batch_size`` rows or its oldest row is older than ``flush_secs``); and requests to
+MLflow and their failures (every request runs under ``_compat.request_limits``, the first
+failure raises ``MlflowDeliveryError`` once and stops all later sending, and whatever did not
+arrive is counted, ``undelivered``, ``undelivered_config``, ``undelivered_media``, and reported
+in one ``BackendWarning`` at close).
 """
 
 from __future__ import annotations
 
 import threading
+import time
+import warnings
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from core_monitor import ConfigError, Event, RunInfo, hookimpl
+from core_monitor import BackendWarning, ConfigError, Event, RunInfo, hookimpl
+from core_monitor.resume import NoRunToResume
 
 from . import _compat, output
-from .buffer import RowBuffer
-from .delivery import MlflowDeliveryError
 from .media import MEDIA_KINDS, MediaWriter
 from .options import MAX_BATCH, check_options
-from .storage import local_store_uri, sqlite_artifact_root
+from .storage import (
+    CONFIG_TAG_PREFIX,
+    CRASH_TAG,
+    MAX_KEY_LENGTH,
+    MAX_MEDIA_KEY,
+    MAX_VALUE_LENGTH,
+    escape_key,
+    local_store_uri,
+    param_value,
+    sqlite_artifact_root,
+)
+
+if TYPE_CHECKING:
+    from core_monitor.hookspecs import MediaBackend
+
+#: Most params plus tags the tracking server takes in one ``log_batch`` request.
+MAX_PARAMS_PER_REQUEST = 100
 
 
-class MlflowMonitor(RowBuffer):
+class MlflowDeliveryError(ConnectionError):
+    """MLflow did not take a request of this backend (server down, hung or refusing it).
+
+    The backend stops sending for the rest of the run; see ``MlflowMonitor.undelivered``.
+    """
+
+
+class MlflowMonitor:
     """Log a run's scalars to MLflow (a tracking server or a local store) through ``MlflowClient``.
 
     Constructed by the core as ``MlflowMonitor(run, **options)``; users select it as
@@ -39,6 +71,14 @@ class MlflowMonitor(RowBuffer):
     The config is stored as params (``storage.param_value``). Images and text are stored as
     run artifacts at the caller's step when ``monitor_write_media`` runs (``media``); MLflow
     has no histogram, so ``media_kinds`` leaves it out and the core skips histograms here.
+
+    Resume (``run.resume``, unless ``run_id`` is given): with ``"allow"`` or ``"must"`` the
+    newest run named ``run.ranked_name`` in the experiment is reopened (status ``RUNNING``
+    again, then ``FINISHED`` at close) and logged to; ``last_step`` is the largest step of its
+    metrics. A step logged again is a second point at that step in the metric's history (the
+    run page's chart draws both, ``get_metric_history`` returns both). ``"must"`` with no such
+    run raises ``NoRunToResume`` before anything is created (no local store, no experiment,
+    no run).
 
     Rows are buffered and sent with ``MlflowClient.log_batch`` (at most ``batch_size`` metrics
     per request) when the buffer holds ``batch_size`` scalars, when a ``log`` finds the oldest
@@ -87,18 +127,20 @@ class MlflowMonitor(RowBuffer):
     """
 
     #: Backend name used when the class is passed to ``Monitor`` directly.
-    name = "mlflow"
+    name: ClassVar[str] = "mlflow"
     #: ``Monitor.flush()`` sends every buffered row synchronously.
-    rows_readable_after = "flush"
+    rows_readable_after: ClassVar[Literal["flush", "close"]] = "flush"
     #: MLflow metric values are float64.
-    value_dtype = "float64"
+    value_dtype: ClassVar[Literal["float64", "float32"]] = "float64"
     #: The config is stored as MLflow params (``read_config`` reads it back).
-    stores_config = True
+    stores_config: ClassVar[bool] = True
     #: ``monitor_write_media`` stores images and text as run artifacts (``media``); MLflow has
     #: no histogram, so the core skips histograms for this backend.
-    media_kinds = MEDIA_KINDS
+    media_kinds: ClassVar[frozenset[str]] = MEDIA_KINDS
+    #: ``run.resume`` reopens the run of that name in the experiment (see "Resume" above).
+    supports_resume: ClassVar[bool] = True
     #: The MLflow versions this plugin is tested with; outside them the core warns once.
-    tested_sdk = _compat.TESTED
+    tested_sdk: ClassVar[str | None] = _compat.TESTED
 
     def __init__(
         self,
@@ -136,6 +178,9 @@ class MlflowMonitor(RowBuffer):
         self.undelivered_media = 0
         self._error: BaseException | None = None
         self._closed = False
+        #: The status ``monitor_close`` ends the run with: ``"FINISHED"``, or ``"FAILED"``
+        #: once ``monitor_crash`` ran.
+        self.end_status = "FINISHED"
         self._lock = threading.RLock()
         self._buffer: list[Any] = []
         self._oldest = 0.0
@@ -143,7 +188,14 @@ class MlflowMonitor(RowBuffer):
         self._last_ms: dict[str, int] = {}
         self._params: dict[str, str] = {}  # stored key -> stored value, as MLflow has it
 
+        resume = run.resume if run_id is None else "never"  # a run_id given wins
+        #: Whether an earlier run was continued; the largest step it held (``None``: none).
+        self.resumed = False
+        self.last_step: int | None = None
         if tracking_uri is None and not mlflow.is_tracking_uri_set() and run.log_dir is not None:
+            if resume == "must" and not (run.log_dir / "mlflow" / "mlflow.db").exists():
+                raise NoRunToResume(f"mlflow: no local store at "
+                                    f"{str(run.log_dir / 'mlflow' / 'mlflow.db')!r}")
             (run.log_dir / "mlflow").mkdir(parents=True, exist_ok=True)
             tracking_uri = local_store_uri(run.log_dir)
         with output.hidden(quiet):  # a new local store logs its table creation
@@ -152,10 +204,14 @@ class MlflowMonitor(RowBuffer):
         self.tracking_uri = self._client.tracking_uri
         with self._limits(), output.hidden(quiet):
             try:
+                if resume != "never":
+                    run_id = self._earlier_run(experiment or run.project, resume)
                 self.run_id, self.experiment_id = self._start_run(
                     experiment or run.project, dict(tags or {}), run_id,
-                    sqlite_artifact_root(self.tracking_uri),
+                    sqlite_artifact_root(self.tracking_uri), resumed=self.resumed,
                 )
+            except NoRunToResume:
+                raise
             except Exception as error:
                 raise MlflowDeliveryError(
                     f"mlflow: could not start the run at {self.tracking_uri}: "
@@ -164,6 +220,30 @@ class MlflowMonitor(RowBuffer):
         self._media = MediaWriter(self._client, self.run_id)
         if run.config:
             self._send_config(run.config)
+
+    def _earlier_run(self, experiment: str, resume: str) -> str | None:
+        """The id of the newest run of this name in ``experiment`` (setting ``resumed`` and
+        ``last_step``), ``None`` when there is none; ``NoRunToResume`` for ``"must"``."""
+        client, name = self._client, self.run.ranked_name
+        found = client.get_experiment_by_name(experiment)
+        runs = []
+        if found is not None:
+            quote = next((q for q in ("'", '"') if q not in name), None)
+            runs = [r for r in client.search_runs(
+                [found.experiment_id], order_by=["attributes.start_time DESC"],
+                filter_string="" if quote is None else
+                f"attributes.run_name = {quote}{name}{quote}",
+                max_results=1 if quote is not None else 50_000)
+                if r.info.run_name == name][:1]
+        if not runs:
+            if resume == "must":
+                raise NoRunToResume(f"mlflow: no run named {name!r} in experiment "
+                                    f"{experiment!r} at {self.tracking_uri}")
+            return None
+        self.resumed = True
+        self.last_step = max((int(m.step) for m in runs[0].data.to_proto().metrics),
+                             default=None)
+        return runs[0].info.run_id
 
     @classmethod
     def check_sdk(cls) -> list[str]:
@@ -239,8 +319,30 @@ class MlflowMonitor(RowBuffer):
             self._send_config(config)
 
     @hookimpl
+    def monitor_crash(self, reason: str) -> None:
+        """The training process died: store ``reason`` in the run tag ``storage.CRASH_TAG``
+        (``mlflow_monitor.crash``) now, and have ``monitor_close`` (called next) end the run
+        with status ``FAILED`` instead of ``FINISHED``.
+
+        Raises:
+            MlflowDeliveryError: the tag request failed (the first failure only; the run
+                then stays ``RUNNING`` in the store, as after any delivery failure).
+        """
+        with self._lock:
+            if self._closed:
+                return
+            self.end_status = "FAILED"
+            if self._error is None:
+                try:
+                    with self._limits():
+                        self._client.set_tag(self.run_id, CRASH_TAG, reason[:MAX_VALUE_LENGTH])
+                except Exception as error:
+                    self._fail(error, "tag the run as crashed")
+
+    @hookimpl
     def monitor_close(self) -> None:
-        """Send what is buffered, mark the run FINISHED and report undelivered scalars.
+        """Send what is buffered, end the run (status ``FINISHED``, or ``FAILED`` after
+        ``monitor_crash``) and report undelivered scalars.
 
         A second call does nothing. With the server already found down, returns at once.
 
@@ -257,3 +359,211 @@ class MlflowMonitor(RowBuffer):
             finally:
                 self._closed = True
                 self._report()
+
+    # Buffering rows -----------------------------------------------------------------------------
+
+    def _add_rows(self, events: Sequence[Event]) -> None:
+        """Buffer one metric point per event; send when a threshold is reached.
+
+        Raises:
+            MlflowDeliveryError: sending failed (``_send``).
+            ValueError: a tag is too long once escaped; the other events are kept.
+        """
+        metric = self._Metric
+        keys = self._keys
+        last_ms = self._last_ms
+        buffer = self._buffer
+        if not buffer:
+            self._oldest = time.monotonic()
+        too_long = []
+        for tag, value, step, wall_time in events:
+            key = keys.get(tag, "")
+            if key == "":
+                key = keys[tag] = self._key_for(tag)
+            if key is None:
+                too_long.append(tag)
+                continue
+            ms = int(wall_time * 1000)
+            previous = last_ms.get(key)
+            if previous is not None and ms <= previous:
+                ms = previous + 1
+            last_ms[key] = ms
+            buffer.append(metric(key, value, ms, step))
+        if len(buffer) >= self.batch_size or (
+            buffer and time.monotonic() - self._oldest >= self.flush_secs
+        ):
+            self._send()
+        if too_long:
+            self.undelivered += len(too_long)
+            raise ValueError(
+                f"mlflow: tag {too_long[0]!r:.80} is longer than MLflow's "
+                f"{MAX_KEY_LENGTH}-character key limit once escaped; {len(too_long)} "
+                "scalar(s) of this call were not stored in MLflow (the others were). Fix: "
+                f"use tags of at most {MAX_KEY_LENGTH} characters"
+            )
+
+    def _key_for(self, tag: str) -> str | None:
+        key = escape_key(tag)
+        return key if len(key) <= MAX_KEY_LENGTH else None
+
+    # Requests to MLflow and their failures --------------------------------------------------------
+
+    def _limits(self) -> Any:
+        return _compat.request_limits(self.request_timeout, self.max_retries)
+
+    def _start_run(
+        self, experiment: str, tags: dict[str, Any], run_id: str | None, artifacts: str | None,
+        resumed: bool = False,
+    ) -> tuple[str, str]:
+        client = self._client
+        name = self.run.ranked_name
+        if run_id is not None:
+            existing = client.get_run(run_id)
+            experiment_id = existing.info.experiment_id
+            if self.run.rank == 0 or resumed:  # resumed: this rank's own run
+                self._params.update(existing.data.params)
+                client.update_run(run_id, status="RUNNING")
+                for key, value in tags.items():
+                    client.set_tag(run_id, key, str(value))
+                return run_id, experiment_id
+        else:
+            found = client.get_experiment_by_name(experiment)
+            if found is None:
+                try:
+                    experiment_id = client.create_experiment(experiment,
+                                                             artifact_location=artifacts)
+                except Exception:  # another rank or process created it meanwhile
+                    found = client.get_experiment_by_name(experiment)
+                    if found is None:
+                        raise
+                    experiment_id = found.experiment_id
+            else:
+                experiment_id = found.experiment_id
+        created = client.create_run(
+            experiment_id, run_name=name, tags={k: str(v) for k, v in tags.items()}
+        )
+        return created.info.run_id, experiment_id
+
+    def _send(self) -> None:
+        batch, self._buffer = self._buffer, []
+        sent = 0
+        try:
+            with self._limits():
+                for start in range(0, len(batch), self.batch_size):
+                    chunk = batch[start : start + self.batch_size]
+                    self._client.log_batch(self.run_id, metrics=chunk, synchronous=True)
+                    sent += len(chunk)
+        except Exception as error:
+            self.undelivered += len(batch) - sent
+            self._fail(error, f"send {len(batch) - sent} scalar(s)")
+
+    def _send_config(self, config: Mapping[str, Any]) -> None:
+        if self._error is not None:
+            self.undelivered_config += len(config)
+            return
+        params, tags, skipped = [], [], []
+        for name, value in config.items():
+            key = escape_key(str(name))
+            text = param_value(value)
+            if len(key) > MAX_KEY_LENGTH:
+                skipped.append(name)
+            elif key not in self._params:
+                params.append(self._Param(key, text))
+            elif self._params[key] != text:
+                tag = CONFIG_TAG_PREFIX + key
+                if len(tag) > MAX_KEY_LENGTH:
+                    skipped.append(name)
+                else:
+                    tags.append(self._RunTag(tag, text))
+        entries = [*params, *tags]
+        sent = 0
+        try:
+            with self._limits():
+                for start in range(0, len(entries), MAX_PARAMS_PER_REQUEST):
+                    chunk = entries[start : start + MAX_PARAMS_PER_REQUEST]
+                    self._client.log_batch(
+                        self.run_id,
+                        params=[e for e in chunk if isinstance(e, self._Param)],
+                        tags=[e for e in chunk if isinstance(e, self._RunTag)],
+                        synchronous=True,
+                    )
+                    for entry in chunk:
+                        if isinstance(entry, self._Param):
+                            self._params[entry.key] = entry.value
+                    sent += len(chunk)
+        except Exception as error:
+            self.undelivered_config += len(entries) - sent
+            self._fail(error, f"store {len(entries) - sent} config key(s)")
+        if skipped:
+            self.undelivered_config += len(skipped)
+            warnings.warn(
+                f"mlflow: config key {skipped[0]!r:.80} (and {len(skipped) - 1} more) is longer "
+                f"than MLflow's {MAX_KEY_LENGTH}-character key limit once escaped and was not "
+                "stored as a param; use shorter config keys",
+                BackendWarning,
+                stacklevel=2,
+            )
+    def _send_media(self, items: Sequence[Any]) -> None:
+        """Store each image and text now (``media.MediaWriter``), each under the limits.
+
+        Raises:
+            MlflowDeliveryError: a request failed (the rest of the call is undelivered).
+            ValueError: a tag is too long once escaped; the other values are stored.
+        """
+        too_long = []
+        for index, item in enumerate(items):
+            try:
+                with self._limits():
+                    if not self._media.write(item):
+                        too_long.append(item.tag)
+            except Exception as error:
+                self.undelivered_media += len(items) - index
+                self._fail(error, f"store {len(items) - index} media value(s)")
+        if too_long:
+            self.undelivered_media += len(too_long)
+            raise ValueError(
+                f"mlflow: media tag {too_long[0]!r:.80} is longer than "
+                f"{MAX_MEDIA_KEY} characters once escaped (MLflow puts it in a file name); "
+                f"{len(too_long)} media value(s) of this call were not stored in MLflow (the "
+                f"others were). Fix: use media tags of at most {MAX_MEDIA_KEY} characters"
+            )
+
+    def _finish_run(self) -> None:
+        """End the run with ``end_status`` unless sending already failed
+        (``MlflowDeliveryError`` if it fails now)."""
+        if self._error is None:
+            try:
+                with self._limits(), output.hidden(self.quiet):
+                    self._client.set_terminated(self.run_id, status=self.end_status)
+            except Exception as error:
+                self._fail(error, "end the run")
+
+    def _fail(self, error: BaseException, what: str) -> None:
+        self._error = error
+        # Nothing more is sent: rows still buffered (a config or media request failed) are
+        # undelivered too.
+        self.undelivered += len(self._buffer)
+        self._buffer = []
+        raise MlflowDeliveryError(
+            f"mlflow: could not {what} to {self.tracking_uri} (run {self.run_id}): "
+            f"{type(error).__name__}: {error}. Nothing more is sent for this run; scalars "
+            "and media logged from now on are counted in MlflowMonitor.undelivered and "
+            "undelivered_media"
+        ) from error
+
+    def _report(self) -> None:
+        if self.undelivered or self.undelivered_config or self.undelivered_media:
+            reason = (f"{type(self._error).__name__}: {self._error}" if self._error is not None
+                      else "tags longer than MLflow's key limit")
+            warnings.warn(
+                f"mlflow: {self.undelivered} scalar(s), {self.undelivered_media} media value(s) "
+                f"and {self.undelivered_config} config key(s) of run {self.run.name!r} were not "
+                f"delivered to {self.tracking_uri} "
+                f"(run {self.run_id}): {reason:.300}",
+                BackendWarning,
+                stacklevel=2,
+            )
+
+
+if TYPE_CHECKING:  # a type checker proves the class has the shape core-monitor expects
+    _shape: type[MediaBackend] = MlflowMonitor

@@ -50,6 +50,9 @@ MAX_VALUE_LENGTH = 6000
 #: Prefix of the run tags holding a config value that changed after it was stored as a param
 #: (MLflow params cannot change once logged).
 CONFIG_TAG_PREFIX = "mlflow_monitor.config."
+#: The run tag holding why the run ended FAILED (``MlflowMonitor.monitor_crash``): what the
+#: core's writer process saw of the training process's death.
+CRASH_TAG = "mlflow_monitor.crash"
 #: MLflow stores +-inf as +-``sys.float_info.max``; the readers map those back to +-inf.
 FLOAT_MAX = sys.float_info.max
 

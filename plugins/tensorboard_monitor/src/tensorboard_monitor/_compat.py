@@ -8,11 +8,20 @@ this TensorBoard lacks of the shape the plugin relies on; ``sdk()`` has the core
 (``core_monitor.compat.ensure_sdk``: a ``BackendLoadError`` naming the tested range). Nothing
 here imports TensorBoard at module import: importing ``tensorboard_monitor`` stays cheap on ranks
 that write nothing.
+
+**The record checksum.** TensorBoard's ``RecordWriter`` checksums every record with
+``masked_crc32c`` from ``tensorboard.compat.tensorflow_stub.pywrap_tensorflow``: a pure-Python
+table loop, run byte by byte on the writer's thread (about half the time a 10-scalar event costs).
+``sdk()`` replaces the name ``record_writer.masked_crc32c`` with the same function over
+``google_crc32c.value`` (Google's C library, a dependency of this plugin) when that package has
+its C extension; ``problems()`` reports the name moved or a result differing from the SDK's.
+Only writing changes: TensorBoard's readers keep their own check.
 """
 
 from __future__ import annotations
 
 import inspect
+import struct
 from types import SimpleNamespace
 
 from core_monitor.compat import ensure_sdk, require_sdk
@@ -24,6 +33,8 @@ TESTED = "tensorboard>=2.21,<3"
 
 _WRITER_ARGS = ("logdir", "max_queue_size", "flush_secs", "filename_suffix")
 _sdk: SimpleNamespace | None = None
+#: Where ``RecordWriter.write`` looks the checksum function up (imported by name, 2.21).
+_CRC_MODULE = "tensorboard.summary.writer.record_writer"
 
 
 # The SDK is imported only when a backend is built, but must be there for the plugin to load.
@@ -54,7 +65,63 @@ def problems() -> list[str]:
         found.append("no tensorboard.plugins.text.summary_v2.text_pb")
     found += [f"no Summary.{f}" for f in ("Image", "Value")
               if not hasattr(summary_pb2.Summary, f)]
+    found += _crc_problems()
     return found
+
+
+def _masked_crc32c(data: bytes) -> int:
+    """TensorBoard's masked CRC-32C of ``data`` (``bytes``), computed by ``google_crc32c``."""
+    import google_crc32c
+
+    crc = google_crc32c.value(data)
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def _crc_problems() -> list[str]:
+    """What keeps ``_fast_crc()`` from replacing the record writer's checksum (``[]``: nothing)."""
+    import importlib
+
+    record_writer = importlib.import_module(_CRC_MODULE)
+    from tensorboard.compat.tensorflow_stub import pywrap_tensorflow
+
+    current = getattr(record_writer, "masked_crc32c", None)
+    if current is not pywrap_tensorflow.masked_crc32c and current is not _masked_crc32c:
+        return [f"{_CRC_MODULE}.masked_crc32c is not the stub's masked_crc32c (the record "
+                f"checksum moved; tested: {TESTED})"]
+    if not _have_c_crc():
+        return []  # the SDK's own checksum stays: nothing to compare
+    sample = bytes(range(256)) * 3 + b"tensorboard-monitor"
+    for data in (b"", struct.pack("<Q", len(sample)), sample):
+        if _masked_crc32c(data) != pywrap_tensorflow.masked_crc32c(data):
+            return [f"google_crc32c's masked CRC-32C differs from TensorBoard's on "
+                    f"{len(data)} bytes (tested: {TESTED})"]
+    return []
+
+
+def _have_c_crc() -> bool:
+    """Whether ``google_crc32c`` is installed with its C extension."""
+    try:
+        import google_crc32c
+    except ImportError:
+        return False
+    return google_crc32c.implementation == "c"
+
+
+def _fast_crc() -> bool:
+    """Have TensorBoard's record writer checksum with ``google_crc32c``'s C code.
+
+    Returns:
+        ``True`` when ``record_writer.masked_crc32c`` is now ``_masked_crc32c``; ``False``
+        when ``google_crc32c`` is missing or has no C extension (its pure-Python fallback is
+        no faster than TensorBoard's): the SDK's own checksum stays.
+    """
+    import importlib
+
+    if not _have_c_crc():
+        return False
+    record_writer = importlib.import_module(_CRC_MODULE)
+    record_writer.masked_crc32c = _masked_crc32c  # checked by problems(): _crc_problems()
+    return True
 
 
 def sdk() -> SimpleNamespace:
@@ -65,7 +132,8 @@ def sdk() -> SimpleNamespace:
         ``hparams_pb`` (``summary_v2.hparams_pb``), ``EventAccumulator``,
         ``hparams_metadata`` (the HParams plugin's ``metadata`` module), ``Summary`` and
         ``HistogramProto`` (``summary_pb2``), ``text_pb`` (the Text plugin's
-        ``summary_v2.text_pb``) and ``text_plugin`` (its plugin name).
+        ``summary_v2.text_pb``) and ``text_plugin`` (its plugin name), ``fast_crc``
+        (``True``: event records are checksummed by ``google_crc32c``'s C code).
 
     Raises:
         ImportError: TensorBoard is not installed.
@@ -87,5 +155,6 @@ def sdk() -> SimpleNamespace:
         EventAccumulator=EventAccumulator, hparams_metadata=metadata,
         Summary=summary_pb2.Summary, HistogramProto=summary_pb2.HistogramProto,
         text_pb=text_summary.text_pb, text_plugin=text_metadata.PLUGIN_NAME,
+        fast_crc=_fast_crc(),
     )
     return _sdk

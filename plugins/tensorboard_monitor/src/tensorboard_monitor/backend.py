@@ -7,15 +7,19 @@ import os
 import time
 import warnings
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from core_monitor import ConfigError, Event, RunInfo, hookimpl
 from core_monitor.events import rows_by_step
 from core_monitor.media import MEDIA_KINDS, MediaItem
+from core_monitor.resume import NoRunToResume
 
-from . import _compat, media
-from .storage import event_folder, hparam_value
+from . import _compat, media, reader
+from .storage import CRASH_TAG, event_folder, hparam_value
 from .storage import run_dir as _run_dir
+
+if TYPE_CHECKING:
+    from core_monitor.hookspecs import MediaBackend
 
 
 class TensorBoardMonitor:
@@ -40,6 +44,15 @@ class TensorBoardMonitor:
     TensorBoard's HParams plugin keeps the first ``session_start_info`` of a run and ignores
     later ones, so config given after that point cannot reach the HParams tab: it raises a
     ``RuntimeWarning`` naming the keys.
+
+    Resume (``run.resume``, ``Monitor(resume=...)``): with ``"allow"`` or ``"must"`` and event
+    files already in the run's folder, the run continues there: a new event file beside the
+    old ones (how TensorBoard itself continues a run; it reads a folder's files in name order as
+    one run), no second HParams session (TensorBoard keeps the first; later config is not
+    written and not warned about). ``last_step`` is the largest step stored before. A step
+    logged again appears twice in the run: TensorBoard's scalar charts draw both points in
+    file order (a line going back), ``read_rows`` returns both. ``"must"`` with no event file
+    raises ``NoRunToResume`` before any folder or file is created.
 
     Args:
         run: the run (project, name, config, log_dir, rank) from the core.
@@ -67,18 +80,20 @@ class TensorBoardMonitor:
     """
 
     #: Backend name used when the class is passed to ``Monitor`` directly.
-    name = "tensorboard"
+    name: ClassVar[str] = "tensorboard"
     #: ``EventAccumulator`` sees every event after ``monitor_flush``.
-    rows_readable_after = "flush"
+    rows_readable_after: ClassVar[Literal["flush", "close"]] = "flush"
     #: ``Summary.Value.simple_value`` is a float32.
-    value_dtype = "float32"
+    value_dtype: ClassVar[Literal["float64", "float32"]] = "float32"
     #: ``monitor_config`` merges late config into the run's HParams (see above).
-    stores_config = True
+    stores_config: ClassVar[bool] = True
     #: ``monitor_write_media`` stores images, histograms and text (see ``media``).
-    media_kinds = MEDIA_KINDS
+    media_kinds: ClassVar[frozenset[str]] = MEDIA_KINDS
+    #: ``run.resume`` continues the run's folder (see "Resume" above).
+    supports_resume: ClassVar[bool] = True
 
     #: The TensorBoard versions this plugin is tested with; outside them the core warns once.
-    tested_sdk = _compat.TESTED
+    tested_sdk: ClassVar[str | None] = _compat.TESTED
 
     @classmethod
     def from_deepspeed(cls, section: Mapping[str, Any]) -> dict[str, Any]:
@@ -125,6 +140,8 @@ class TensorBoardMonitor:
         folder = (event_folder(run_dir, rank=run.rank) if run_dir is not None
                   else _run_dir(run.project, run.name, run.log_dir, rank=run.rank))
         sdk = _compat.sdk()
+        #: Whether an earlier run was continued; the largest step it held (``None``: none).
+        self.resumed, self.last_step = _earlier_run(run, folder, run_dir)
         self.run = run
         #: The folder this run's event file is in (absolute).
         self.log_dir = folder
@@ -138,9 +155,11 @@ class TensorBoardMonitor:
             filename_suffix=filename_suffix,
         )
         self._add_event = self._writer.add_event
+        self._last_step = self.last_step or 0  # the largest step written (the crash text's)
         self._start_time = time.time()
         self._config = dict(run.config)
-        self._hparams = hparams and run.rank == 0  # HParams are written on rank 0 only
+        # HParams are written on rank 0 only, once per run (a resumed run has them)
+        self._hparams = hparams and run.rank == 0 and not self.resumed
         self._hparams_pending = self._hparams  # False once written
 
     def _write_hparams(self) -> None:
@@ -166,12 +185,16 @@ class TensorBoardMonitor:
         """
         new_event = self._Event
         add_event = self._add_event
+        last = self._last_step
         for step, wall_time, row in rows_by_step(events):
             event = new_event(wall_time=wall_time, step=step)
             add_value = event.summary.value.add
             for tag, value in row.items():
                 add_value(tag=tag, simple_value=value)
             add_event(event)
+            if step > last:
+                last = step
+        self._last_step = last
 
     @hookimpl
     def monitor_write_media(self, items: Sequence[MediaItem]) -> None:
@@ -181,6 +204,7 @@ class TensorBoardMonitor:
             OSError: as ``monitor_write``.
         """
         media.write_media(self._add_event, items)
+        self._last_step = max(self._last_step, max((item.step for item in items), default=0))
 
     @hookimpl
     def monitor_config(self, config: Mapping[str, Any]) -> None:
@@ -212,6 +236,21 @@ class TensorBoardMonitor:
             self._writer.flush()
 
     @hookimpl
+    def monitor_crash(self, reason: str) -> None:
+        """The training process died: TensorBoard has no run status, so write one text summary,
+        tag ``storage.CRASH_TAG`` (``core_monitor/crash``), ``reason`` as its text, at the
+        largest step written (its Text dashboard shows it; ``reader.read_media`` reads it
+        back). ``monitor_close`` (called next) flushes it.
+
+        Raises:
+            OSError: as ``monitor_write``.
+        """
+        if not self._closed:
+            sdk = _compat.sdk()
+            self._add_event(self._Event(wall_time=time.time(), step=self._last_step,
+                                        summary=sdk.text_pb(CRASH_TAG, reason)))
+
+    @hookimpl
     def monitor_close(self) -> None:
         """Flush, stop the writer thread and close the event file. A second call does nothing."""
         if not self._closed:
@@ -219,6 +258,18 @@ class TensorBoardMonitor:
                 self._write_hparams()
             self._closed = True
             self._writer.close()
+
+
+def _earlier_run(run: RunInfo, folder: Any, run_dir: Any) -> tuple[bool, int | None]:
+    """``(resumed, last_step)`` for ``run.resume``; raise ``NoRunToResume`` for ``"must"``
+    when the folder holds no event file (nothing is created before)."""
+    if run.resume == "never":
+        return False, None
+    if folder.is_dir() and any(folder.glob("*tfevents*")):
+        return True, reader.last_step(run, run_dir=run_dir)
+    if run.resume == "must":
+        raise NoRunToResume(f"no TensorBoard event file in {str(folder)!r}")
+    return False, None
 
 
 def _check_options(flush_secs: Any, max_queue: Any, filename_suffix: Any, hparams: Any) -> None:
@@ -247,3 +298,7 @@ def _check_options(flush_secs: Any, max_queue: Any, filename_suffix: Any, hparam
         raise ConfigError(
             f"tensorboard: option hparams={hparams!r} must be True or False"
         )
+
+
+if TYPE_CHECKING:  # a type checker proves the class has the shape core-monitor expects
+    _shape: type[MediaBackend] = TensorBoardMonitor

@@ -13,7 +13,7 @@ from core_monitor.media import Histogram, Image, Text
 from . import _compat
 from .storage import event_folder, run_dir
 
-__all__ = ["read_config", "read_media", "read_rows"]
+__all__ = ["last_step", "read_config", "read_media", "read_rows"]
 
 #: ``EventAccumulator`` keeps 4 images and 1 histogram per tag by default: keep all (0).
 MEDIA_SIZE_GUIDANCE = {"scalars": 0, "images": 0, "histograms": 0, "tensors": 0}
@@ -119,6 +119,26 @@ def read_media(run: RunInfo, *, run_dir: str | os.PathLike[str] | None = None,
             text = event.tensor_proto.string_val[0].decode("utf-8")
             found.append((tag, int(event.step), Text(text)))
     return found
+
+
+def last_step(run: RunInfo, *, run_dir: str | os.PathLike[str] | None = None) -> int | None:
+    """The largest step of any scalar, image, histogram or text stored in the run's event
+    files (the HParams summary, written at step 0, is not counted); ``None`` when there is none.
+    Arguments as for ``read_rows``.
+
+    Raises:
+        FileNotFoundError: the run has no folder.
+    """
+    sdk = _compat.sdk()
+    accumulator = _accumulator(run, MEDIA_SIZE_GUIDANCE, run_dir)
+    tags = accumulator.Tags()
+    steps = [point.step for tag in tags["scalars"] for point in accumulator.Scalars(tag)]
+    steps += [e.step for tag in tags["images"] for e in accumulator.Images(tag)]
+    steps += [e.step for tag in tags["histograms"] for e in accumulator.Histograms(tag)]
+    steps += [e.step for tag in tags["tensors"]
+              if accumulator.SummaryMetadata(tag).plugin_data.plugin_name == sdk.text_plugin
+              for e in accumulator.Tensors(tag)]
+    return max((int(step) for step in steps), default=None)
 
 
 def _accumulator(run: RunInfo, size_guidance: dict[str, int] | None,

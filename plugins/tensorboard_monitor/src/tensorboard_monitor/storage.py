@@ -12,6 +12,9 @@ from core_monitor import ConfigError
 
 #: Where runs go when the caller gives no ``log_dir`` (PyTorch's ``SummaryWriter`` default).
 DEFAULT_LOG_DIR = "runs"
+#: Tag of the text ``TensorBoardMonitor.monitor_crash`` writes (TensorBoard has no run status):
+#: in the Text dashboard, at the run's last step, the reason the training process ended.
+CRASH_TAG = "core_monitor/crash"
 
 # HParams numbers are float64; larger integers are written as their decimal text, exactly.
 _EXACT_INT = 2**53

@@ -15,6 +15,11 @@ batch (as ``trackio.log`` does), so Trackio applies its own rules: it renames th
 never made Trackio's "current run": a script's own ``trackio.init()``/``trackio.log()`` calls
 are left alone. No network request is made unless ``space_id`` or ``server_url`` is given.
 
+After a crash (the training process killed, ``os._exit``, a segfault: the core's writer process
+calls ``monitor_crash``) Trackio, which has no run status, gets an alert of level ERROR on the
+run (title ``"training process died"``, ``CRASH_ALERT_TITLE``; text: what the writer saw), shown
+on the run's dashboard page; ``read_alerts`` reads it back.
+
 Modules, each importing only those listed after it: ``backend`` (the hooks), ``options``
 (option checks), ``start`` (starting a local run), ``reader`` (read-back: scalars, config,
 media), ``media`` (writing images, histograms and text), ``storage`` (run names, tag and config
@@ -29,14 +34,16 @@ from __future__ import annotations
 from ._compat import RESERVED_TAGS
 from .backend import TrackioMonitor
 from .folder import trackio_dir
-from .reader import read_config, read_media, read_rows
-from .storage import RENAME_PREFIX, original_tag
+from .reader import read_alerts, read_config, read_media, read_rows
+from .storage import CRASH_ALERT_TITLE, RENAME_PREFIX, original_tag
 
 __all__ = [
+    "CRASH_ALERT_TITLE",
     "RENAME_PREFIX",
     "RESERVED_TAGS",
     "TrackioMonitor",
     "original_tag",
+    "read_alerts",
     "read_config",
     "read_media",
     "read_rows",

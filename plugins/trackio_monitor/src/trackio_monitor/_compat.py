@@ -37,7 +37,7 @@ RESERVED_TAGS: tuple[str, ...] = ("project", "run", "timestamp", "step", "time",
 # Run.__init__ arguments the plugin passes, and the private Run members it uses.
 _RUN_ARGS = ("url", "project", "client", "name", "run_id", "group", "config", "existing_runs",
              "auto_log_gpu", "auto_log_cpu")
-_RUN_MEMBERS = ("_get_username", "_flush_queues_inline", "finish", "log")
+_RUN_MEMBERS = ("_get_username", "_flush_queues_inline", "alert", "finish", "log")
 _RUN_STATE = ("_client_lock", "_config_logged", "_stop_flag", "config", "id", "name", "project")
 
 
@@ -69,6 +69,10 @@ def problems() -> list[str]:
     for name in ("serialize_values", "deserialize_values", "to_json_safe"):
         if not callable(getattr(utils, name, None)):
             found.append(f"no trackio.utils.{name}")
+    import trackio
+
+    if getattr(getattr(trackio, "AlertLevel", None), "ERROR", None) != "error":
+        found.append("no trackio.AlertLevel.ERROR")
     return found
 
 
@@ -153,6 +157,16 @@ def store_config(run: Any, update: dict[str, Any], *, local: bool) -> None:
                 "VALUES (?, ?, ?, ?)",
                 (run.id, run.name, config, datetime.now(timezone.utc).isoformat()),
             )
+
+
+def alert_error(run: Any, title: str, text: str) -> None:
+    """Record an alert of level ERROR on ``run`` (Trackio's public ``Run.alert``, what
+    ``trackio.alert`` does on the current run): stored in the project database's ``alerts``
+    table with the next flush, shown on the dashboard, printed as ``[TRACKIO ERROR] ...``, and
+    POSTed to ``TRACKIO_WEBHOOK_URL`` when that is set (from a daemon thread of Trackio's)."""
+    import trackio
+
+    run.alert(title=title, text=text, level=trackio.AlertLevel.ERROR)
 
 
 def log_renaming(log: Any, row: dict[str, float], step: int) -> None:

@@ -5,19 +5,23 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from core_monitor import ConfigError, Event, RunInfo, hookimpl
 from core_monitor.compat import ensure_sdk, sdk_error
 from core_monitor.events import rows_by_step
 from core_monitor.media import MEDIA_KINDS
+from core_monitor.resume import NoRunToResume
 
 from . import _compat, folder, media
 from ._compat import RESERVED_TAGS
 from .options import check_options
-from .reader import count_rows
+from .reader import count_rows, earlier_run
 from .start import start_local
-from .storage import RENAME_PREFIX, trackio_config
+from .storage import CRASH_ALERT_TITLE, RENAME_PREFIX, trackio_config
+
+if TYPE_CHECKING:
+    from core_monitor.hookspecs import MediaBackend
 
 
 class TrackioMonitor:
@@ -32,9 +36,14 @@ class TrackioMonitor:
             Trackio's project; the run name is ``run.name`` (``<name>-rank<rank>`` on ranks above
             0, which write only with ``Monitor(..., rank_zero_only=False)``).
         group: Trackio run group (dashboard grouping), or ``None``.
-        resume: Trackio's ``resume``: ``"never"`` (default) starts a new run even when one of
+        resume: Trackio's ``resume``: ``"never"`` starts a new run even when one of
             that name exists; ``"allow"`` continues the latest run of that name if any;
-            ``"must"`` continues it and raises ``ConfigError`` if there is none.
+            ``"must"`` continues it and raises ``NoRunToResume`` (a ``ConfigError``) if there
+            is none, before any file or folder is created. ``None`` (default): the
+            ``Monitor``'s ``resume`` (``run.resume``). A resumed run's new rows go after the
+            old ones; a step logged again is a second row at that step (the dashboard's line
+            plot draws both points; ``read_rows`` returns both). ``last_step``: the largest
+            step the run held (``None``: a new run).
         space_id: log to this Hugging Face Space (``"user/space"``) through ``trackio.init``
             instead of locally. Reaches the network; needs a Hub token.
         server_url: log to a self-hosted Trackio server (``http(s)://...``, with its
@@ -58,18 +67,20 @@ class TrackioMonitor:
     """
 
     #: Backend name when the class is passed to ``Monitor`` directly.
-    name = "trackio"
+    name: ClassVar[str] = "trackio"
     #: ``monitor_flush`` writes Trackio's queue to SQLite, so rows are readable after a flush.
-    rows_readable_after = "flush"
+    rows_readable_after: ClassVar[Literal["flush", "close"]] = "flush"
     #: Trackio stores values as JSON numbers: float64, exactly.
-    value_dtype = "float64"
+    value_dtype: ClassVar[Literal["float64", "float32"]] = "float64"
     #: ``monitor_config`` merges late config into Trackio's run config.
-    stores_config = True
+    stores_config: ClassVar[bool] = True
     #: ``monitor_write_media`` stores each kind as Trackio's own media type (see ``media``).
-    media_kinds = MEDIA_KINDS
+    media_kinds: ClassVar[frozenset[str]] = MEDIA_KINDS
+    #: ``run.resume`` (or the ``resume`` option) continues the run of that name.
+    supports_resume: ClassVar[bool] = True
 
     #: The Trackio versions this plugin is tested with; outside them the core warns once.
-    tested_sdk = _compat.TESTED
+    tested_sdk: ClassVar[str | None] = _compat.TESTED
 
     @classmethod
     def check_sdk(cls) -> list[str]:
@@ -86,7 +97,7 @@ class TrackioMonitor:
         run: RunInfo,
         *,
         group: str | None = None,
-        resume: str = "never",
+        resume: str | None = None,
         space_id: str | None = None,
         server_url: str | None = None,
         private: bool | None = None,
@@ -94,6 +105,8 @@ class TrackioMonitor:
         auto_log_cpu: bool | None = False,
         quiet: bool = True,
     ) -> None:
+        if resume is None:
+            resume = run.resume
         check_options(group, resume, space_id, server_url, private, auto_log_gpu,
                       auto_log_cpu, quiet)
         ensure_sdk(TrackioMonitor)
@@ -111,6 +124,13 @@ class TrackioMonitor:
             else Path(run.log_dir).expanduser().resolve() / folder.SUBDIR
         )
         try:
+            #: The run id and largest step of the run ``resume`` continues, if any.
+            earlier, self.last_step = None, None
+            if resume != "never" and not self._remote:
+                db = self._dir / _compat.sqlite_storage().get_project_db_filename(run.project)
+                earlier, self.last_step = earlier_run(db, name)
+                if earlier is None and resume == "must":
+                    raise NoRunToResume(f"trackio: no run named {name!r} in {str(db)!r}")
             if not self._remote:  # Trackio itself would accept every row and store none
                 folder.check_writable(self._dir, run.log_dir)
             with _compat.stdout_hidden(quiet):
@@ -125,6 +145,10 @@ class TrackioMonitor:
                         run.project, name, config, group=group, resume=resume,
                         auto_log_gpu=auto_log_gpu, auto_log_cpu=auto_log_cpu,
                     )
+            #: Whether an earlier run was continued (``last_step``: its largest step).
+            self.resumed = earlier is not None and self._run.id == earlier
+            if not self.resumed:
+                self.last_step = None
             problems = _compat.run_problems(self._run)
             if problems:
                 raise sdk_error(TrackioMonitor, problems)
@@ -214,6 +238,18 @@ class TrackioMonitor:
             )
 
     @hookimpl
+    def monitor_crash(self, reason: str) -> None:
+        """The training process died: record a Trackio alert of level ERROR on the run, title
+        ``storage.CRASH_ALERT_TITLE`` (``"training process died"``), text ``reason``, at the
+        last step logged. Trackio has no run status; the alert shows on the run's dashboard
+        page and reads back with ``reader.read_alerts``. ``monitor_close`` (called next)
+        stores it. With ``TRACKIO_WEBHOOK_URL`` set, Trackio also POSTs it there (from its own
+        daemon thread, which the writer process's exit may cut short)."""
+        if self._run is not None:
+            with _compat.stdout_hidden(self._quiet):
+                _compat.alert_error(self._run, CRASH_ALERT_TITLE, reason)
+
+    @hookimpl
     def monitor_close(self) -> None:
         """Flush, finish the Trackio run (its sender thread ends). A second call does nothing."""
         run, self._run = self._run, None
@@ -229,3 +265,6 @@ class TrackioMonitor:
         finally:
             folder.release(self._dir)
 
+
+if TYPE_CHECKING:  # a type checker proves the class has the shape core-monitor expects
+    _shape: type[MediaBackend] = TrackioMonitor

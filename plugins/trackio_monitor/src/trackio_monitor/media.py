@@ -30,7 +30,7 @@ def write_media(run: Any, items: Sequence[MediaItem]) -> None:
     image, histogram, markdown = _compat.media_types()
     log = run.log
     row: dict[str, Any] = {}
-    step = None
+    step = 0  # set by the first item, before any row is logged
     for item in items:
         if row and (item.step != step or item.tag in row):
             _compat.log_renaming(log, row, step)

@@ -30,7 +30,7 @@ from .storage import (
     original_tag,
 )
 
-__all__ = ["count_rows", "read_config", "read_media", "read_rows"]
+__all__ = ["count_rows", "earlier_run", "read_alerts", "read_config", "read_media", "read_rows"]
 
 
 def read_rows(run: RunInfo) -> list[tuple[str, int, float]]:
@@ -123,6 +123,41 @@ def read_config(run: RunInfo) -> dict[str, Any]:
     return original_config(_compat.utils().deserialize_values(json.loads(row[0])))
 
 
+def read_alerts(run: RunInfo) -> list[tuple[str, str, str | None, int | None]]:
+    """Return the Trackio alerts of the run (its ``alerts`` table), in the order stored.
+
+    ``TrackioMonitor.monitor_crash`` records one after the training process died: level
+    ``"error"``, title ``storage.CRASH_ALERT_TITLE``, text the reason. Alerts a script raised
+    itself with ``trackio.alert`` on a run of that name are included.
+
+    Args:
+        run: as for ``read_rows`` (``Monitor.run``); the latest run of that name is read.
+
+    Returns:
+        ``[(level, title, text, step), ...]``: ``level`` one of ``"info"``, ``"warn"``,
+        ``"error"``; ``text`` and ``step`` may be ``None``. ``[]`` when the database, its
+        ``alerts`` table or the run does not exist.
+    """
+    db = database(run)
+    if not db.exists():
+        return []
+    name = run.ranked_name
+    with contextlib.closing(sqlite3.connect(db, timeout=30)) as conn:
+        columns = {row[1] for row in conn.execute("PRAGMA table_info(alerts)")}
+        if not columns:
+            return []
+        run_id = latest_run_id(conn, name)
+        if run_id is not None and "run_id" in columns:
+            where, key = "run_id = ?", run_id
+        else:  # no row logged (or a database from before Trackio stored run ids)
+            where, key = "run_name = ?", name
+        stored = conn.execute(
+            f"SELECT level, title, text, step FROM alerts WHERE {where} ORDER BY id", (key,)
+        ).fetchall()
+    return [(level, title, text, None if step is None else _step(step))
+            for level, title, text, step in stored]
+
+
 def count_rows(db: Path, run_id: str) -> int:
     """How many rows (steps logged) of the run ``run_id`` the database ``db`` holds; 0 when
     the database or its ``metrics`` table does not exist yet.
@@ -142,6 +177,30 @@ def count_rows(db: Path, run_id: str) -> int:
                 return 0
             raise
     return int(count)
+
+
+def earlier_run(db: Path, name: str) -> tuple[str | None, int | None]:
+    """``(run id, largest step)`` of the latest run named ``name`` in the database ``db``
+    (what ``resume`` continues); ``(None, None)`` when the database or the run does not exist.
+    Reading never creates the database.
+
+    Raises:
+        sqlite3.Error: the database cannot be read.
+    """
+    if not db.exists():
+        return None, None
+    with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)) as conn:
+        run_id = latest_run_id(conn, name)
+        steps = [] if run_id is None else [
+            _step(step) for (step,) in conn.execute(
+                "SELECT step FROM metrics WHERE run_id = ?", (run_id,))]
+    return run_id, max(steps, default=None)
+
+
+def _step(step: Any) -> int:
+    if isinstance(step, bytes):  # a numpy integer step, stored by SQLite as a BLOB
+        return int.from_bytes(step, sys.byteorder, signed=True)
+    return int(step)
 
 
 def _stored_rows(run: RunInfo) -> Iterator[tuple[int, dict[str, Any]]]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from core_monitor import ConfigError
+from core_monitor.resume import NoRunToResume
 
 from . import _compat
 
@@ -16,7 +16,7 @@ def start_local(project: str, name: str, config: dict[str, Any], *, group: str |
     if resume != "never":
         record = _compat.sqlite_storage().get_latest_run_record_by_name(project, name)
         if record is None and resume == "must":
-            raise ConfigError(
+            raise NoRunToResume(
                 f"trackio: resume='must' but project {project!r} has no run named {name!r} in "
                 f"{_compat.trackio_home()}; use resume='allow' to start it when missing"
             )

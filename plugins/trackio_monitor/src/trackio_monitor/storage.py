@@ -31,6 +31,10 @@ MEDIA_TYPES = {"image": "trackio.image", "histogram": "trackio.histogram",
 MEDIA_SUBDIR = "media"
 
 
+#: Title of the ERROR alert ``TrackioMonitor.monitor_crash`` records (its text: the reason).
+CRASH_ALERT_TITLE = "training process died"
+
+
 def original_tag(key: str) -> str:
     """Undo Trackio's rename of a tag: ``"__step"`` -> ``"step"``, ``"____x"`` -> ``"__x"``."""
     return key[len(RENAME_PREFIX):] if key.startswith(RENAME_PREFIX) else key

@@ -11,6 +11,10 @@ Layout: wandb's own, ``<log_dir>/wandb/offline-run-<YYYYmmdd_HHMMSS>-<id>/run-<i
 ``run-...`` folders online), so ``wandb sync <log_dir>/wandb/offline-run-...`` uploads it.
 ``log_dir=None`` leaves the folder to wandb (``WANDB_DIR``, else the current directory).
 
+After a crash (the training process killed, ``os._exit``, a segfault: the core's writer process
+calls ``monitor_crash``) the run finishes with exit code 1 (``CRASH_EXIT_CODE``), which wandb
+shows as a failed run; ``read_exit_code`` reads the code back (0 after a normal close).
+
 Modules, each importing only those listed after it: ``backend`` (the hooks), ``reader``
 (read-back from the ``.wandb`` transaction log: scalars, config, media), ``media`` (writing
 images, histograms and text), ``service`` (the wandb-core process's lifecycle), ``storage``
@@ -23,17 +27,19 @@ from __future__ import annotations
 
 from ._compat import read_records
 from .backend import WandbMonitor
-from .reader import find_run_dirs, read_config, read_media, read_rows
-from .service import FINISH_TIMEOUT
+from .reader import find_run_dirs, read_config, read_exit_code, read_media, read_rows
+from .service import CRASH_EXIT_CODE, FINISH_TIMEOUT
 from .storage import DEFAULT_STEP_METRIC, ESCAPE
 
 __all__ = [
+    "CRASH_EXIT_CODE",
     "DEFAULT_STEP_METRIC",
     "ESCAPE",
     "FINISH_TIMEOUT",
     "WandbMonitor",
     "find_run_dirs",
     "read_config",
+    "read_exit_code",
     "read_media",
     "read_records",
     "read_rows",

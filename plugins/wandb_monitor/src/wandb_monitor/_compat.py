@@ -13,9 +13,11 @@ wandb at module import.
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import os
 import struct
+import time
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -42,10 +44,15 @@ _RECORD_FIELDS = ("history", "run", "config", "exit", "metric")
 require_sdk("wandb", "wandb-monitor")
 
 
+def _record_class() -> Any:
+    """wandb's ``Record`` protobuf message class. wandb builds its message classes when
+    ``wandb.proto.wandb_internal_pb2`` runs, so a type checker sees no ``Record`` in it."""
+    return importlib.import_module("wandb.proto.wandb_internal_pb2").Record
+
+
 def problems() -> list[str]:
     """Import wandb; what it lacks of the internals this plugin uses (``[]``: nothing)."""
     import wandb
-    from wandb.proto import wandb_internal_pb2
     from wandb.sdk import wandb_setup
 
     found = []
@@ -57,8 +64,14 @@ def problems() -> list[str]:
               if not hasattr(setup, m)]
     if "reinit" not in inspect.signature(wandb.init).parameters:
         found.append("wandb.init() takes no reinit")
-    fields = wandb_internal_pb2.Record.DESCRIPTOR.fields_by_name
+    fields = _record_class().DESCRIPTOR.fields_by_name
     found += [f"no Record.{f}" for f in _RECORD_FIELDS if f not in fields]
+    if "uuid" not in fields or "telemetry" not in fields:
+        found.append("no Record.uuid and Record.telemetry (flush's write-through)")
+    from wandb.sdk.interface import interface_shared
+
+    if not hasattr(interface_shared.InterfaceShared, "_publish"):
+        found.append("no InterfaceShared._publish (flush's write-through)")
     return found
 
 
@@ -120,8 +133,7 @@ def read_records(path: str | os.PathLike[str]) -> Iterator[Any]:
         ValueError: not a wandb transaction log (header), an unknown format version, a folder
             with several ``.wandb`` files, or a corrupt chunk (checksum); the message says which.
     """
-    from wandb.proto import wandb_internal_pb2
-
+    record_class = _record_class()
     file = _wandb_file(path)
     data = file.read_bytes()
     if len(data) < len(_HEADER) and _HEADER.startswith(data):
@@ -132,7 +144,7 @@ def read_records(path: str | os.PathLike[str]) -> Iterator[Any]:
         raise ValueError(f"{str(file)!r} has transaction log version {data[6]}; this reader "
                          f"knows version 0 (tested with {TESTED}): upgrade wandb-monitor")
     for payload in _payloads(data, 0, file):
-        record = wandb_internal_pb2.Record()
+        record = record_class()
         record.ParseFromString(payload)
         yield record
 
@@ -194,15 +206,14 @@ def _wandb_file(path: str | os.PathLike[str]) -> Path:
 def exit_record_written(file: Path) -> bool:
     """Whether the run's exit record (wandb's last record of a finished run) is in ``file``
     (reads only the last two blocks: the exit record is small and comes last)."""
-    from wandb.proto import wandb_internal_pb2
-
+    record_class = _record_class()
     try:
         size = file.stat().st_size
         start = max(0, size - 2 * _BLOCK) // _BLOCK * _BLOCK
         with file.open("rb") as stream:
             stream.seek(start)
             data = stream.read()
-        record = wandb_internal_pb2.Record()
+        record = record_class()
         for payload in _payloads(data, start, file):
             record.ParseFromString(payload)
             if record.HasField("exit"):
@@ -210,3 +221,48 @@ def exit_record_written(file: Path) -> bool:
     except (OSError, ValueError):  # not created yet, or a chunk caught mid-write
         return False
     return False
+
+
+#: Seconds ``write_through`` waits for wandb-core to write the padded block.
+WRITE_THROUGH_TIMEOUT = 30.0
+
+
+def write_through(run: Any, file: Path, timeout: float = WRITE_THROUGH_TIMEOUT) -> None:
+    """Make every record sent so far reach ``file`` (the run's ``.wandb`` log) on disk.
+
+    wandb-core writes the log in whole 32 KiB blocks and has no flush request: up to one block
+    of the latest records lives only in its memory, and is lost when the training process is
+    killed (SIGKILL, an out-of-memory kill), since wandb-core then exits without writing it.
+    So this sends one empty telemetry record padded (its ``uuid`` field) past a block's size,
+    which makes wandb-core complete and write the block holding everything sent before, and
+    waits until the file has grown past that block's end. Costs about 33 KB of file per call;
+    the padding record carries no data (an empty telemetry update, on sync too).
+
+    Raises:
+        TimeoutError: the block did not reach the file within ``timeout`` seconds.
+    """
+    from wandb.proto import wandb_internal_pb2, wandb_telemetry_pb2
+
+    try:
+        size = file.stat().st_size
+    except OSError:
+        size = 0
+    target = (size // _BLOCK + 1) * _BLOCK
+    record = wandb_internal_pb2.Record(  # type: ignore[attr-defined]  # built at run time
+        telemetry=wandb_telemetry_pb2.TelemetryRecord())  # type: ignore[attr-defined]
+    record.uuid = "-" * (_BLOCK + 256)
+    run._interface._publish(record)
+    deadline = time.monotonic() + timeout
+    delay = 0.001
+    while True:
+        try:
+            if file.stat().st_size >= target:
+                return
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"wandb: the run's records did not reach {str(file)!r} within "
+                               f"{timeout:g} s of flush(); they may be lost if the process "
+                               "is killed")
+        time.sleep(delay)
+        delay = min(2 * delay, 0.05)

@@ -5,15 +5,19 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from core_monitor import ConfigError, Event, RunInfo, hookimpl
 from core_monitor.compat import ensure_sdk
 from core_monitor.events import rows_by_step
 from core_monitor.media import MEDIA_KINDS
+from core_monitor.resume import NoRunToResume
 
-from . import _compat, media, service
+from . import _compat, media, reader, service
 from .storage import DEFAULT_STEP_METRIC, ESCAPE, ESCAPED_FIRST, escaped
+
+if TYPE_CHECKING:
+    from core_monitor.hookspecs import MediaBackend
 
 _MODES = ("online", "offline", "disabled")
 _STEP_METRIC = re.compile(r"[A-Za-z][A-Za-z0-9_\-/]*")
@@ -41,6 +45,16 @@ class WandbMonitor:
     it), ``run.project``/``run.name`` as project and display name (``<name>-rank<r>`` on a
     rank ``r > 0``).
 
+    Resume (``run.resume``): with ``"allow"`` or ``"must"`` the run continues the latest run of
+    that project and name found under ``log_dir`` (``reader.run_folders``): ``wandb.init(id=
+    <its id>, resume="allow")``. Offline, that is a new ``offline-run-*`` folder with the same
+    run id; ``wandb sync <log_dir>/wandb/offline-run-*`` uploads the folders in start order into
+    one run. ``last_step``: the largest step the run held. A step logged again is a second
+    history row with that ``global_step`` (charts over ``global_step`` draw both points; wandb's
+    own ``_step`` keeps counting). ``"must"`` with no such folder raises ``NoRunToResume``
+    before any folder is created (an online run not found locally is not searched for on the
+    server).
+
     Args:
         run: the run (project, name, config, log_dir, rank) from the core.
         mode: ``"online"``, ``"offline"`` or ``"disabled"``; ``None`` (default) follows wandb's
@@ -67,19 +81,21 @@ class WandbMonitor:
     """
 
     #: Backend name used when the class is passed to ``Monitor`` directly.
-    name = "wandb"
+    name: ClassVar[str] = "wandb"
     #: wandb has no public flush and writes the ``.wandb`` file in 32 KiB blocks: rows are
     #: complete on disk only once ``monitor_close`` returns.
-    rows_readable_after = "close"
+    rows_readable_after: ClassVar[Literal["flush", "close"]] = "close"
     #: History values are JSON numbers (float64).
-    value_dtype = "float64"
+    value_dtype: ClassVar[Literal["float64", "float32"]] = "float64"
     #: ``monitor_config`` merges late config into ``run.config``.
-    stores_config = True
+    stores_config: ClassVar[bool] = True
     #: ``monitor_write_media`` stores images, histograms and text (see ``media``).
-    media_kinds = MEDIA_KINDS
+    media_kinds: ClassVar[frozenset[str]] = MEDIA_KINDS
+    #: ``run.resume`` continues the run of that project and name (see "Resume" above).
+    supports_resume: ClassVar[bool] = True
 
     #: The wandb versions this plugin is tested with; outside them the core warns once.
-    tested_sdk = _compat.TESTED
+    tested_sdk: ClassVar[str | None] = _compat.TESTED
 
     @classmethod
     def from_deepspeed(cls, section: Mapping[str, Any]) -> dict[str, Any]:
@@ -133,6 +149,16 @@ class WandbMonitor:
                 init[key] = value
         if tags is not None:
             init["tags"] = tuple(tags)
+        #: Whether an earlier run was continued; the largest step it held (``None``: none).
+        self.resumed, self.last_step = False, None
+        if run.resume != "never":
+            run_id, self.last_step = reader.earlier_run(run)
+            if run_id is not None:
+                self.resumed = True
+                init["id"], init["resume"] = run_id, "allow"
+            elif run.resume == "must":
+                raise NoRunToResume(f"wandb: no run folder of run {run.ranked_name!r} under "
+                                    f"{str(run.log_dir or 'WANDB_DIR')!r}")
         if run.log_dir is not None:  # given log_dir wins over WANDB_DIR
             log_dir = Path(run.log_dir).absolute()
             log_dir.mkdir(parents=True, exist_ok=True)
@@ -140,6 +166,9 @@ class WandbMonitor:
 
         self.step_metric = step_metric
         self._closed = False
+        #: The exit code ``monitor_close`` finishes the run with (``None``: a finished run;
+        #: ``service.CRASH_EXIT_CODE`` once ``monitor_crash`` ran).
+        self.exit_code: int | None = None
         #: The run's ``.wandb`` transaction log, or ``None`` when mode is ``"disabled"``.
         self.run_file: Path | None = None
         #: The run's folder (``offline-run-...`` or ``run-...``), or ``None`` when disabled.
@@ -182,7 +211,16 @@ class WandbMonitor:
 
     @hookimpl
     def monitor_flush(self) -> None:
-        """Do nothing: wandb has no public flush; rows are on disk after ``monitor_close``."""
+        """Make every row logged so far reach the run's ``.wandb`` file on disk, so that it
+        survives the process being killed (``_compat.write_through``: wandb has no flush of
+        its own). Rows are complete for the readers after ``monitor_close``.
+
+        Raises:
+            TimeoutError: wandb-core did not write them within
+                ``_compat.WRITE_THROUGH_TIMEOUT`` seconds.
+        """
+        if not self._closed and self.run_file is not None:
+            _compat.write_through(self._run, self.run_file)
 
     @hookimpl
     def monitor_config(self, config: Mapping[str, Any]) -> None:
@@ -209,7 +247,22 @@ class WandbMonitor:
         if self._closed:
             return
         self._closed = True
-        service.finish_run(self._run, self.run_file)
+        if self.exit_code is None:
+            service.finish_run(self._run, self.run_file)
+        else:
+            service.finish_run(self._run, self.run_file, exit_code=self.exit_code,
+                               timeout=service.CRASH_FINISH_TIMEOUT)
+
+    @hookimpl
+    def monitor_crash(self, reason: str) -> None:
+        """The training process died: ``monitor_close`` (called next) finishes the run with
+        ``Run.finish(exit_code=service.CRASH_EXIT_CODE)``, which wandb shows as a failed run
+        (``reader.read_exit_code`` reads the code back), waiting at most
+        ``service.CRASH_FINISH_TIMEOUT`` seconds for the exit record. ``reason`` is not stored:
+        wandb's exit record has no text.
+        """
+        if not self._closed:
+            self.exit_code = service.CRASH_EXIT_CODE
 
 
 def _settings(settings: Mapping[str, Any] | None, quiet: bool) -> Any:
@@ -229,7 +282,8 @@ def _settings(settings: Mapping[str, Any] | None, quiet: bool) -> Any:
         return wandb.Settings(**fields)
     except Exception as error:
         # Field names and pydantic's messages only: a value may be a credential.
-        problems = error.errors() if callable(getattr(error, "errors", None)) else None
+        errors = getattr(error, "errors", None)  # pydantic's ValidationError.errors()
+        problems = errors() if callable(errors) else None
         detail = type(error).__name__ if problems is None else "; ".join(
             f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg', '')}" for e in problems)
         raise ConfigError(
@@ -265,3 +319,7 @@ def _check_options(
             "letters, digits, '_', '-' or '/' (wandb reserves '_' names and reads '.' as "
             "nesting), e.g. step_metric='global_step'"
         )
+
+
+if TYPE_CHECKING:  # a type checker proves the class has the shape core-monitor expects
+    _shape: type[MediaBackend] = WandbMonitor

@@ -18,7 +18,8 @@ from core_monitor.media import Histogram, Image, Text
 from ._compat import read_records
 from .storage import DEFAULT_STEP_METRIC, is_own_key, unescaped
 
-__all__ = ["find_run_dirs", "history", "read_config", "read_media", "read_rows"]
+__all__ = ["earlier_run", "find_run_dirs", "history", "read_config", "read_exit_code", "read_media",
+           "read_rows", "run_folders"]
 
 
 def find_run_dirs(
@@ -62,10 +63,12 @@ def read_rows(run: RunInfo) -> list[tuple[str, int, float]]:
     """Read the points a ``WandbMonitor`` logged, from the run's ``.wandb`` transaction log.
 
     Args:
-        run: the run as the core describes it (``Monitor.run``). Its folder is the latest
-            (by start time) of ``find_run_dirs(run.log_dir, project=run.project, name=...)``
-            with the name ``run.name``, or ``<name>-rank<rank>`` for a rank above 0;
-            ``log_dir=None`` means wandb's own folder (``WANDB_DIR``, else the current one).
+        run: the run as the core describes it (``Monitor.run``). Its folders are
+            ``run_folders(run)``: those of the latest (by start time) run of
+            ``find_run_dirs(run.log_dir, project=run.project, name=...)`` with the name
+            ``run.name``, or ``<name>-rank<rank>`` for a rank above 0, and every older folder
+            of the same run id (a resumed run), read oldest first; ``log_dir=None`` means
+            wandb's own folder (``WANDB_DIR``, else the current one).
 
     Returns:
         ``[(tag, step, value), ...]``: rows in storage order (the order of the ``log`` calls);
@@ -94,9 +97,11 @@ def history(run: RunInfo) -> Iterator[tuple[int, list[tuple[str, str | dict[str,
     removed, wandb's own ``_`` keys left out); ``value`` is wandb's JSON text, or for a media
     value (which wandb stores as nested keys ``tag.path``, ``tag._type``, ...) a dict of its
     decoded fields. Nothing when there is no such run."""
-    folder = _latest(run)
-    if folder is None:
-        return
+    for folder in run_folders(run):
+        yield from _history(folder)
+
+
+def _history(folder: Path) -> Iterator[tuple[int, list[tuple[str, str | dict[str, Any]]], Path]]:
     records = list(read_records(folder))
     step_metric = next((r.metric.step_metric for r in records if r.HasField("metric")
                         and r.metric.glob_name == "*" and r.metric.step_metric),
@@ -128,11 +133,9 @@ def read_config(run: RunInfo) -> dict[str, Any]:
     ``ESCAPE`` prefix removed); wandb's own keys (``_wandb``) are left out; values are decoded
     from wandb's JSON. Argument and errors as for ``read_rows``.
     """
-    folder = _latest(run)
-    if folder is None:
-        return {}
     config: dict[str, Any] = {}
-    for record in read_records(folder):
+    records = [record for folder in run_folders(run) for record in read_records(folder)]
+    for record in records:
         kind = record.WhichOneof("record_type")
         stored = record.run.config if kind == "run" else record.config if kind == "config" else None
         if stored is None:
@@ -142,6 +145,31 @@ def read_config(run: RunInfo) -> dict[str, Any]:
         for item in stored.remove:
             config.pop(item.key or ".".join(item.nested_key), None)
     return {unescaped(key): value for key, value in config.items() if not is_own_key(key)}
+
+
+def read_exit_code(run: RunInfo) -> int | None:
+    """Return the exit code the run finished with, from the exit record of its ``.wandb`` log.
+
+    Args:
+        run: as for ``read_rows`` (``Monitor.run``); the latest folder of the run is read.
+
+    Returns:
+        ``0`` for a run closed normally, ``1`` (``service.CRASH_EXIT_CODE``) for a run whose
+        training process died (``WandbMonitor.monitor_crash``; wandb shows it as failed), any
+        other code a script passed to ``wandb.Run.finish``; ``None`` when the run has no exit
+        record (still running, or its writer was killed too) or there is no such run.
+
+    Raises:
+        ValueError: as ``read_rows``.
+    """
+    folders = run_folders(run)
+    if not folders:
+        return None
+    code = None
+    for record in read_records(folders[-1]):
+        if record.HasField("exit"):
+            code = int(record.exit.exit_code)
+    return code
 
 
 def read_media(run: RunInfo) -> list[tuple[str, int, Image | Histogram | Text]]:
@@ -182,10 +210,29 @@ def read_media(run: RunInfo) -> list[tuple[str, int, Image | Histogram | Text]]:
     return found
 
 
-def _latest(run: RunInfo) -> Path | None:
+def run_folders(run: RunInfo) -> list[Path]:
+    """The folders of the run ``run`` names, oldest first: every folder (one per process that
+    wrote it: a resumed run has several) holding the run id of the latest run of that project
+    and name under ``run.log_dir`` (``None``: ``WANDB_DIR``, else the current folder); ``[]``
+    when there is none."""
     root = run.log_dir if run.log_dir is not None else os.environ.get("WANDB_DIR") or "."
-    found = find_run_dirs(root, project=run.project, name=run.ranked_name)
-    return found[-1] if found else None
+    found = [(folder, _run_record(folder)) for folder in
+             find_run_dirs(root, project=run.project, name=run.ranked_name)]
+    if not found:
+        return []
+    latest = found[-1][1].run_id
+    return [folder for folder, record in found if record.run_id == latest]
+
+
+def earlier_run(run: RunInfo) -> tuple[str | None, int | None]:
+    """``(run id, largest step)`` of the run ``resume`` continues: the latest run of that
+    project and name (``run_folders``), across all its folders; ``(None, None)`` when there is
+    none. Raises as ``read_rows``."""
+    folders = run_folders(run)
+    if not folders:
+        return None, None
+    steps = [step for folder in folders for step, _, _ in _history(folder)]
+    return _run_record(folders[-1]).run_id, max(steps, default=None)
 
 
 def _run_record(folder: Path) -> Any:

@@ -18,6 +18,12 @@ from . import _compat
 
 #: Seconds ``finish_run`` waits for the run's exit record to reach the ``.wandb`` file.
 FINISH_TIMEOUT = 60.0
+#: The same wait after a crash (``WandbMonitor.monitor_crash``): shorter, so that it ends
+#: well within the writer process's own limit (``core_monitor.dispatch.writer.DRAIN_SECONDS``).
+CRASH_FINISH_TIMEOUT = 10.0
+#: The exit code a run finishes with after the training process died: wandb shows a run
+#: finished with a nonzero code as "failed".
+CRASH_EXIT_CODE = 1
 
 _lock = threading.Lock()
 _owned_service_pid: int | None = None
@@ -38,12 +44,20 @@ def start_run(init: dict[str, Any]) -> Any:
     return run
 
 
-def finish_run(run: Any, file: Path | None) -> None:
+def finish_run(run: Any, file: Path | None, *, exit_code: int | None = None,
+               timeout: float = FINISH_TIMEOUT) -> None:
     """Finish ``run``; stop the service if this plugin started it and nothing else uses it;
     return once ``file`` (the run's ``.wandb`` log, ``None`` when disabled) holds the exit record.
 
     ``Run.finish()`` offline has been seen to return before wandb-core wrote the exit record
-    (about 1 run in 100), so this polls the file's tail for it, up to ``FINISH_TIMEOUT`` seconds.
+    (about 1 run in 100), so this polls the file's tail for it, up to ``timeout`` seconds.
+
+    Args:
+        run: the ``wandb.Run`` to finish.
+        file: its ``.wandb`` file, or ``None`` (mode ``"disabled"``: nothing to wait for).
+        exit_code: passed to ``Run.finish(exit_code=...)``: ``None`` or 0 is a finished run,
+            any other value a failed one (``CRASH_EXIT_CODE`` after a crash).
+        timeout: seconds to wait for the exit record once ``Run.finish`` returned.
 
     Raises:
         TimeoutError: the exit record did not reach the file in time.
@@ -52,7 +66,7 @@ def finish_run(run: Any, file: Path | None) -> None:
     import wandb
 
     try:
-        run.finish()
+        run.finish(exit_code=exit_code)
     except Exception:
         # Someone called wandb.teardown() first: the service closed the run's file on its way
         # down (every row is in it, but no exit record), and finish() cannot reach it.
@@ -72,13 +86,13 @@ def finish_run(run: Any, file: Path | None) -> None:
                 wandb.teardown()
     if file is None:
         return
-    deadline = time.monotonic() + FINISH_TIMEOUT
+    deadline = time.monotonic() + timeout
     delay = 0.001
     while not _compat.exit_record_written(file):
         if time.monotonic() > deadline:
             raise TimeoutError(
                 f"wandb: the run's exit record did not reach {str(file)!r} within "
-                f"{FINISH_TIMEOUT:g} s of finish(); the file may be incomplete"
+                f"{timeout:g} s of finish(); the file may be incomplete"
             )
         time.sleep(delay)
         delay = min(2 * delay, 0.05)

@@ -1,0 +1,290 @@
+"""``monitors copy``: one run from any backend with a reader to any backend, step-exact.
+
+The run is read through the source plugin's reader (``core_monitor.readers``) and written
+through a normal ``Monitor``, so every rule of ``log()`` applies (steps exactly as read, media
+the destination does not store skipped and counted). Afterwards the destination is read back
+through its own reader and compared: one summary line per kind (points, config keys, media).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO, cast
+
+from . import discovery
+from .errors import ConfigError
+from .readers import Reader, check_config, check_media, check_rows, load_reader, same_value
+from .run import RunInfo
+
+#: Total items (points + media values) from which the progress bar shows (on a terminal).
+PROGRESS_FROM = 2000
+
+
+class CopyError(RuntimeError):
+    """The source run cannot be read: it does not exist, or its reader broke the contract."""
+
+
+@dataclass
+class CopyReport:
+    """What a copy did, per kind.
+
+    Attributes:
+        points, config, media: ``(found in the source, arrived in the destination)``;
+            ``arrived`` is ``None`` when the destination has no reader (not verified).
+        skipped: media kind -> values not sent (the destination does not store the kind).
+        lines: the summary lines printed.
+    """
+
+    points: tuple[int, int | None] = (0, None)
+    config: tuple[int, int | None] = (0, None)
+    media: tuple[int, int | None] = (0, None)
+    skipped: dict[str, int] = field(default_factory=dict)
+    lines: list[str] = field(default_factory=list)
+
+    @property
+    def complete(self) -> bool:
+        """Whether everything sent arrived (``True`` when not verified)."""
+        return all(arrived is None or arrived >= found
+                   for found, arrived in (self.points, self.config, self.media))
+
+
+def parse_options(pairs: list[str] | None, flag: str) -> dict[str, Any]:
+    """``["K=V", ...]`` -> ``{K: V}``; ``V`` is read as JSON when it is JSON (``5``, ``true``,
+    ``null``, ``[1, 2]``), else kept as text.
+
+    Raises:
+        ConfigError: an item without ``=`` or with an empty key (naming it and ``flag``).
+    """
+    import json
+
+    options: dict[str, Any] = {}
+    for pair in pairs or []:
+        key, sep, text = pair.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"{flag} {pair!r} is not KEY=VALUE, e.g. {flag} mode=offline")
+        try:
+            options[key] = json.loads(text)
+        except ValueError:
+            options[key] = text
+    return options
+
+
+def _read(reader: Reader, run: RunInfo, options: Mapping[str, Any], what: str) -> Any:
+    function = getattr(reader, what)
+    if function is None:
+        return [] if what != "read_config" else {}
+    return function(run, **reader.options_for(function, options))
+
+
+def _dtype(name: str) -> str:
+    try:
+        cls = discovery.load_backend(discovery.find_backend(name))
+    except Exception:  # a reader without a loadable backend: compare exactly
+        return "float64"
+    return getattr(cls, "value_dtype", "float64")
+
+
+def _media_kinds(name: str) -> frozenset[str]:
+    from .media import MEDIA_KINDS
+
+    cls = discovery.load_backend(discovery.find_backend(name))
+    return frozenset(getattr(cls, "media_kinds", MEDIA_KINDS if hasattr(
+        cls, "monitor_write_media") else ()))
+
+
+def copy_run(
+    source: str, dest: str, *, project: str, name: str,
+    log_dir: str | os.PathLike[str] | None = None,
+    to_log_dir: str | os.PathLike[str] | None = None,
+    to_project: str | None = None, to_name: str | None = None,
+    source_options: Mapping[str, Any] | None = None,
+    dest_options: Mapping[str, Any] | None = None,
+    dry_run: bool = False, out: TextIO | None = None,
+) -> CopyReport:
+    """Copy the run ``project``/``name`` (under ``log_dir``) from backend ``source`` to ``dest``.
+
+    Args:
+        source: a backend with a reader (``monitors list`` shows them).
+        dest: any installed backend.
+        project, name, log_dir: the source run, as it was given to its ``Monitor``.
+        to_log_dir, to_project, to_name: the destination run; default: the source's.
+        source_options: keyword options of the source reader (e.g. MLflow's
+            ``tracking_uri``, TensorBoard's ``run_dir``); unknown ones are ignored per function.
+        dest_options: the destination backend's options (``Monitor(..., dest=options)``);
+            those its reader accepts are used to read it back.
+        dry_run: read the source and print what would be copied; write nothing.
+        out: where the summary goes (default ``sys.stdout``).
+
+    Returns:
+        The ``CopyReport``; ``complete`` is ``False`` when something did not arrive.
+
+    Raises:
+        ConfigError: ``source`` has no reader; ``dest`` is unknown; a bad option; the
+            destination run is the source run itself.
+        CopyError: the source run does not exist, holds nothing, or its reader returns what
+            the reader contract does not allow.
+    """
+    from .monitor import Monitor
+
+    out = out or sys.stdout
+    source_options, dest_options = dict(source_options or {}), dict(dest_options or {})
+    reader = load_reader(source)
+    run = RunInfo(project=project, name=name,
+                  log_dir=Path(log_dir) if log_dir is not None else None)
+    try:
+        rows = _read(reader, run, source_options, "read_rows")
+        config = _read(reader, run, source_options, "read_config")
+        media = _read(reader, run, source_options, "read_media")
+    except (FileNotFoundError, LookupError) as error:
+        raise CopyError(f"{source}: no run {name!r} in project {project!r}: {error}") from None
+    problems = check_rows(rows) + check_config(config) + check_media(media)
+    if problems:
+        raise CopyError(f"{source}'s reader ({reader.module}) breaks the reader contract "
+                        f"(core_monitor.readers): {'; '.join(problems)}")
+    if not rows and not config and not media:
+        raise CopyError(f"{source}: run {name!r} of project {project!r} holds nothing to copy "
+                        f"(log_dir={os.fspath(log_dir) if log_dir else None!r})")
+    kinds = _media_kinds(dest)
+    sent_media = [(t, s, v) for t, s, v in media if v.kind in kinds]
+    report = CopyReport(skipped=dict(Counter(v.kind for _, _, v in media if v.kind not in kinds)))
+    report.points, report.config, report.media = ((len(rows), None), (len(config), None),
+                                                  (len(sent_media), None))
+    steps = sorted({s for _, s, _ in rows})
+    span = f", steps {steps[0]}..{steps[-1]}" if steps else ""
+    if dry_run:
+        report.lines = [
+            f"would copy {source} -> {dest}: {len(rows)} points ({len({t for t, _, _ in rows})} "
+            f"tags{span}), {len(config)} config keys, {len(sent_media)} media values"
+            + _skipped_text(report.skipped, dest)]
+        print(report.lines[0], file=out)
+        return report
+
+    to = RunInfo(project=to_project or project, name=to_name or name,
+                 log_dir=Path(to_log_dir) if to_log_dir is not None else run.log_dir)
+    if dest == source and (to.project, to.name, to.log_dir) == (run.project, run.name,
+                                                              run.log_dir):
+        raise ConfigError(f"monitors copy {source} {dest} would write the run {name!r} into "
+                          "itself; give --to-log-dir, --to-project or --to-name")
+    monitor = Monitor([dest], project=to.project, name=to.name, config=config,
+                      log_dir=to.log_dir, strict=True, **cast(dict[str, Any], {dest: dest_options}))
+    try:
+        _write(monitor, rows, sent_media)
+    finally:
+        monitor.close()
+    _verify(report, monitor.run, dest, dest_options, rows, config, sent_media,
+            _dtype(source), span)
+    for line in report.lines:
+        print(line, file=out)
+    return report
+
+
+def _write(monitor: Any, rows: list[tuple[str, int, float]],
+           media: list[tuple[str, int, Any]]) -> None:
+    """One ``log()`` per run of consecutive points at one step (split where a tag repeats),
+    then one per media value, with a progress bar on a terminal for long runs."""
+    total = len(rows) + len(media)
+    bar = _progress(total)
+    batch: dict[str, float] = {}
+    step = None
+    for tag, at, value in rows:
+        if batch and (at != step or tag in batch):
+            monitor.log(batch, step=step)
+            bar.update(len(batch))
+            batch = {}
+        batch[tag], step = value, at
+    if batch:
+        monitor.log(batch, step=step)
+        bar.update(len(batch))
+    for tag, at, value in media:
+        monitor.log({tag: value}, step=at)
+        bar.update(1)
+    bar.close()
+
+
+class _NoBar:
+    def update(self, n: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _progress(total: int) -> Any:
+    if total < PROGRESS_FROM:
+        return _NoBar()
+    try:
+        from tqdm import tqdm
+    except ImportError:  # tqdm is a dependency; a broken install still copies
+        return _NoBar()
+    # disable=None: no bar when stderr is not a terminal (a CI log, a pipe)
+    return tqdm(total=total, unit="value", desc="copying", disable=None, leave=False,
+                file=sys.stderr)
+
+
+def _skipped_text(skipped: Mapping[str, int], dest: str) -> str:
+    if not skipped:
+        return ""
+    kinds = ", ".join(f"{kind} {count}" for kind, count in sorted(skipped.items()))
+    return f"; skipped (not stored by {dest}): {kinds}"
+
+
+def _verify(report: CopyReport, to: RunInfo, dest: str, dest_options: Mapping[str, Any],
+            rows: list[tuple[str, int, float]], config: Mapping[str, Any],
+            media: list[tuple[str, int, Any]], source_dtype: str, span: str) -> None:
+    """Read the destination back; fill ``report``'s arrived counts and summary lines."""
+    try:
+        reader = load_reader(dest)
+    except ConfigError:
+        report.lines = [f"points: {len(rows)} sent{span}", f"config: {len(config)} keys sent",
+                        f"media: {len(media)} sent" + _skipped_text(report.skipped, dest),
+                        f"(not verified: {dest} has no reader)"]
+        return
+    dtype = "float32" if "float32" in (source_dtype, _dtype(dest)) else "float64"
+    stored = _read(reader, to, dest_options, "read_rows")
+    stored_config = _read(reader, to, dest_options, "read_config") if config else {}
+    stored_media = _read(reader, to, dest_options, "read_media") if media else []
+
+    by_key: dict[tuple[str, int], list[float]] = {}
+    for tag, step, value in stored:
+        by_key.setdefault((tag, step), []).append(value)
+    arrived, wrong = 0, []
+    for tag, step, value in rows:
+        found = by_key.get((tag, step), [])
+        match = next((i for i, v in enumerate(found) if same_value(v, value, dtype)), None)
+        if match is None:
+            wrong.append(f"{tag}@{step}")
+        else:
+            found.pop(match)
+            arrived += 1
+    report.points = (len(rows), arrived)
+    line = f"points: {arrived} of {len(rows)} arrived{span} (compared at {dtype})"
+    if wrong:
+        line += f"; missing or different: {', '.join(wrong[:5])}" + (
+            f" and {len(wrong) - 5} more" if len(wrong) > 5 else "")
+    report.lines.append(line)
+
+    missing_keys = sorted(k for k in config if k not in stored_config)
+    report.config = (len(config), len(config) - len(missing_keys))
+    line = f"config: {report.config[1]} of {len(config)} keys arrived"
+    if missing_keys:
+        line += f"; missing: {', '.join(missing_keys[:5])}"
+    report.lines.append(line)
+
+    have = Counter((t, s, v.kind) for t, s, v in stored_media)
+    got, lost = 0, []
+    for tag, step, value in media:
+        if have[(tag, step, value.kind)] > 0:
+            have[(tag, step, value.kind)] -= 1
+            got += 1
+        else:
+            lost.append(f"{value.kind} {tag}@{step}")
+    report.media = (len(media), got)
+    line = f"media: {got} of {len(media)} arrived" + _skipped_text(report.skipped, dest)
+    if lost:
+        line += f"; missing: {', '.join(lost[:5])}"
+    report.lines.append(line)

@@ -1,0 +1,65 @@
+"""How a ``Monitor``'s calls reach its backends: the dispatch modes, one class each.
+
+=============  =====================================================  ========================
+``dispatch=``  where each backend's hooks run                         class
+=============  =====================================================  ========================
+``"process"``  a writer process per backend (the default)             ``ProcessDispatch``
+``"thread"``   a worker thread per backend (``"background"``: alias)  ``ThreadDispatch``
+``"sync"``     the caller's thread, before ``log()`` returns          ``SyncDispatch``
+=============  =====================================================  ========================
+
+Each is a ``strategy.Dispatch``: the ``Monitor`` calls ``start``, ``send``, ``flush``,
+``stop``, ``close`` and the fork steps, and never asks which mode it has. Every mode applies the
+same failure policy (``policy``), starts backends the same way (``backends``) and routes media
+the same way (``core_monitor.media.MediaRoutes``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import ConfigError
+from .policy import Policy
+from .processes import ProcessDispatch
+from .strategy import BackendSpec, Dispatch
+from .sync import SyncDispatch
+from .threads import DEFAULT_QUEUE_SIZE, ThreadDispatch
+
+#: ``Monitor(dispatch=...)`` -> the class of that mode.
+MODES: dict[str, type[Dispatch]] = {
+    "process": ProcessDispatch,
+    "thread": ThreadDispatch,
+    "background": ThreadDispatch,  # the name of "thread" before writer processes existed
+    "sync": SyncDispatch,
+}
+#: What ``Monitor(on_full=...)`` accepts.
+ON_FULL = ("block", "drop")
+
+__all__ = ["DEFAULT_QUEUE_SIZE", "MODES", "ON_FULL", "BackendSpec", "Dispatch", "Policy",
+           "ProcessDispatch", "SyncDispatch", "ThreadDispatch", "check_dispatch",
+           "new_dispatch"]
+
+
+def check_dispatch(dispatch: Any, queue_size: Any, on_full: Any) -> None:
+    """Check ``Monitor``'s ``dispatch``, ``queue_size`` and ``on_full`` arguments.
+
+    Raises:
+        ConfigError: ``dispatch`` not in ``MODES``; ``queue_size`` not an ``int`` >= 1;
+            ``on_full`` neither ``"block"`` nor ``"drop"``.
+    """
+    if not isinstance(dispatch, str) or dispatch not in MODES:
+        raise ConfigError(f"dispatch={dispatch!r} must be 'process' (each backend in a writer "
+                          "process of its own, the default), 'thread' (each backend on a "
+                          "worker thread; 'background' is the same) or 'sync' (on the "
+                          "caller's thread)")
+    if isinstance(queue_size, bool) or not isinstance(queue_size, int) or queue_size < 1:
+        raise ConfigError(f"queue_size={queue_size!r} must be an int >= 1 (log() calls each "
+                          "backend's buffer holds), e.g. queue_size=10000")
+    if on_full not in ON_FULL:
+        raise ConfigError(f"on_full={on_full!r} must be 'block' (wait for room, lose nothing) "
+                          "or 'drop' (drop and count the newest call for that backend)")
+
+
+def new_dispatch(mode: str, *, strict: bool, queue_size: int, on_full: str) -> Dispatch:
+    """The dispatch of ``mode`` (checked by ``check_dispatch``), with no backend started."""
+    return MODES[mode](Policy(strict=strict), queue_size, on_full)

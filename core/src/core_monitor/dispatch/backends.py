@@ -1,0 +1,99 @@
+"""Starting one backend: constructing its class and validating its hooks with pluggy.
+
+pluggy checks each backend's hook names and signatures against ``core_monitor.hookspecs``;
+the core then calls each hook's function itself, one backend at a time, so that one backend
+raising never stops the others. A hook option that changes how pluggy would order or wrap
+calls (``wrapper``, ``hookwrapper``, ``tryfirst``, ``trylast``) cannot be honoured: such a
+backend is refused when it starts, like any that fails to start.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import pluggy
+
+from .. import hookspecs
+from ..run import RunInfo
+
+#: ``hookimpl`` options the core cannot honour, since it calls each backend's function itself.
+UNSUPPORTED_HOOK_OPTIONS = ("wrapper", "hookwrapper", "tryfirst", "trylast")
+
+
+class Backend:
+    """One started backend, in the process that calls it.
+
+    Attributes:
+        name: the name it was selected by, e.g. ``"trackio"``.
+        instance: the backend object, constructed as ``cls(run, **options)``.
+        hooks: hook name (one of ``hookspecs.HOOKS``) -> the function to call, for the hooks
+            it implements; a hook it does not implement is absent.
+    """
+
+    __slots__ = ("hooks", "instance", "name")
+
+    def __init__(self, name: str, instance: object, hooks: Mapping[str, Callable[..., Any]]):
+        self.name = name
+        self.instance = instance
+        self.hooks = dict(hooks)
+
+    def __repr__(self) -> str:
+        return f"<Backend {self.name!r} hooks={sorted(self.hooks)}>"
+
+
+def new_manager() -> pluggy.PluginManager:
+    """A plugin manager that knows the core's hook specifications."""
+    manager = pluggy.PluginManager(hookspecs.PROJECT_NAME)
+    manager.add_hookspecs(hookspecs)
+    return manager
+
+
+def start_backend(manager: pluggy.PluginManager, name: str, cls: type, run: RunInfo,
+                  options: Mapping[str, Any]) -> Backend:
+    """Construct ``cls(run, **options)`` and validate its hooks.
+
+    Raises:
+        Exception: what the constructor raised (``ConfigError`` for a bad option value,
+            ``BackendLoadError`` for a missing or unsupported SDK), or
+            ``pluggy.PluginValidationError`` for a misspelt hook name, a wrong hook signature
+            or a hook option the core cannot honour (``UNSUPPORTED_HOOK_OPTIONS``). The
+            instance is unregistered again.
+    """
+    instance = cls(run, **options)
+    try:
+        # pluggy checks the hook signatures; check_pending catches a misspelt hook name.
+        manager.register(instance, name=name)
+        manager.check_pending()
+        hooks = _hooks_of(manager, name, instance)
+    except Exception:
+        if manager.is_registered(instance):
+            manager.unregister(instance)
+        raise
+    return Backend(name, instance, hooks)
+
+
+def hook_names(cls: type) -> frozenset[str]:
+    """The hooks ``cls`` implements (marked with ``hookimpl``), read from the class alone:
+    what the training process knows of a backend that runs in a writer process."""
+    return frozenset(hook for hook in hookspecs.HOOKS
+                     if hookspecs.hookimpl_options(cls, hook) is not None)
+
+
+def _hooks_of(manager: pluggy.PluginManager, name: str,
+              instance: object) -> dict[str, Callable[..., Any]]:
+    hooks: dict[str, Callable[..., Any]] = {}
+    for hook in hookspecs.HOOKS:
+        for impl in getattr(manager.hook, hook).get_hookimpls():
+            if impl.plugin is not instance:
+                continue
+            refused = [o for o in UNSUPPORTED_HOOK_OPTIONS if impl.opts.get(o)]
+            if refused:
+                raise pluggy.PluginValidationError(instance, (
+                    f"backend {name!r}: {hook} is declared with hookimpl("
+                    f"{', '.join(f'{o}=True' for o in refused)}), which the core cannot "
+                    "honour (it calls each backend's hook itself, one backend at a time, "
+                    "in selection order); remove that option"
+                ))
+            hooks[hook] = impl.function
+    return hooks

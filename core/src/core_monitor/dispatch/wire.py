@@ -1,0 +1,167 @@
+"""What crosses between the training process and a writer process: frames, errors, warnings.
+
+A frame is ``<pickle length: u32><buffer count: u32>[<buffer length: u64> ...]``, the pickle
+(protocol 5) of ``(hook, kwargs)``, then the out-of-band buffers (numpy arrays of media values,
+sent without a copy into a ``bytes`` object). A 10-scalar ``log()`` call is one frame of about
+300 bytes, below the pipe's atomic-write size (``PIPE_BUF``), so it reaches a pipe whole or not
+at all. Replies from a writer use the same frames.
+
+Exceptions cross as ``exception_parts`` (the pickled exception when it pickles, the traceback
+text, the class's qualified name, the message) and are rebuilt by ``rebuild_exception`` with
+the original class when that class's module is already imported in the training process (or
+``strict``); otherwise as ``BackendError`` naming it, so that a report never imports an SDK.
+"""
+
+from __future__ import annotations
+
+import builtins
+import copyreg
+import io
+import pickle
+import struct
+import sys
+import traceback
+from collections.abc import Iterator
+from types import MappingProxyType
+from typing import Any
+
+from ..errors import BackendError, RemoteTraceback
+
+
+def _read_only(mapping: dict[Any, Any]) -> MappingProxyType[Any, Any]:
+    return MappingProxyType(mapping)
+
+
+#: How ``encode_parts`` pickles what ``pickle`` cannot by itself (this module's own table:
+#: the process-wide ``copyreg`` registry is left alone).
+_TABLE = {**copyreg.dispatch_table,
+          MappingProxyType: lambda proxy: (_read_only, (dict(proxy),))}
+
+#: The memory a writer shares with the training process: byte 0 is 1 while a hook runs;
+#: bytes 8-15 count the calls handled (what ``close`` counts as undelivered when it gives up on
+#: a hung writer).
+SHARED_BYTES = 16
+HANDLED = struct.Struct("<Q")
+
+#: The hook name of a frame holding a ``monitor_write`` batch as its rows (``Batch.rows``).
+WRITE_ROWS = "monitor_write:rows"
+
+HEADER = struct.Struct("<II")
+LENGTH = struct.Struct("<Q")
+_dumps = pickle.dumps
+_pack = HEADER.pack
+
+
+def encode(message: Any) -> bytes:
+    """One frame holding ``message``, all in-band (the hot path: scalars, control)."""
+    data = _dumps(message, 5)
+    return _pack(len(data), 0) + data
+
+
+def encode_parts(message: Any) -> list[Any]:
+    """One frame holding ``message`` as a list of byte-likes for ``os.writev``: numpy arrays
+    inside travel as out-of-band buffers, never copied into a ``bytes``; read-only mappings
+    (a sanitised config) travel as ``dict`` and arrive read-only again."""
+    buffers: list[pickle.PickleBuffer] = []
+    out = io.BytesIO()
+    pickler = pickle.Pickler(out, 5, buffer_callback=buffers.append)
+    pickler.dispatch_table = _TABLE
+    pickler.dump(message)
+    data = out.getbuffer()
+    raws = [buffer.raw() for buffer in buffers]
+    head = _pack(len(data), len(raws)) + b"".join(LENGTH.pack(r.nbytes) for r in raws)
+    return [head, data, *raws]
+
+
+class Frames:
+    """Cuts a byte stream into messages: ``feed`` bytes, iterate the complete messages."""
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+
+    def feed(self, chunk: bytes) -> None:
+        """Append ``chunk`` read from the pipe."""
+        self._buffer += chunk
+
+    @property
+    def partial(self) -> bool:
+        """Whether bytes of an incomplete frame are held (the stream ended mid-frame)."""
+        return bool(self._buffer)
+
+    def __iter__(self) -> Iterator[Any]:
+        buffer = self._buffer
+        view = memoryview(buffer)
+        at, end = 0, len(buffer)
+        try:
+            while end - at >= HEADER.size:
+                size, count = HEADER.unpack_from(buffer, at)
+                head = HEADER.size + count * LENGTH.size
+                if end - at < head:
+                    break
+                lengths = [LENGTH.unpack_from(buffer, at + HEADER.size + i * LENGTH.size)[0]
+                           for i in range(count)]
+                total = head + size + sum(lengths)
+                if end - at < total:
+                    break
+                start = at + head
+                out, offset = [], start + size
+                for length in lengths:
+                    out.append(bytes(view[offset:offset + length]))
+                    offset += length
+                at += total
+                yield pickle.loads(view[start:start + size], buffers=out)
+        finally:
+            view.release()
+            del buffer[:at]
+
+
+def exception_parts(error: BaseException) -> tuple[bytes | None, str, str, str]:
+    """``(pickled exception or None, traceback text, "module.QualName", message)``."""
+    blob: bytes | None
+    try:
+        blob = pickle.dumps(error, 5)
+        pickle.loads(blob)  # a class whose pickle does not round-trip is sent by name
+    except Exception:
+        blob = None
+    kind = type(error)
+    text = "".join(traceback.format_exception(kind, error, error.__traceback__))
+    return blob, text, f"{kind.__module__}.{kind.__qualname__}", str(error)
+
+
+def rebuild_exception(parts: tuple[bytes | None, str, str, str], *,
+                      strict: bool) -> BaseException:
+    """The exception of ``exception_parts``: its own class when that class's module is
+    imported here already (or ``strict``, which imports it), else ``BackendError``; the
+    original traceback text is its ``__cause__`` (a ``RemoteTraceback``)."""
+    blob, text, type_path, message = parts
+    module = type_path.rpartition(".")[0]
+    error: BaseException | None = None
+    if blob is not None and (strict or module in sys.modules):
+        try:
+            error = pickle.loads(blob)
+        except Exception:
+            error = None
+    if error is None:
+        error = BackendError(type_path, message)
+    error.__cause__ = RemoteTraceback(text)
+    return error
+
+
+def warning_parts(message: Warning | str, category: type[Warning]) -> tuple[str, str, str]:
+    """``(text, "module.QualName" of the category, its nearest built-in base's name)``."""
+    base = next(c for c in category.__mro__ if c.__module__ == "builtins")
+    return str(message), f"{category.__module__}.{category.__qualname__}", base.__name__
+
+
+def warning_category(type_path: str, base: str) -> type[Warning]:
+    """The category of ``warning_parts``: the class itself when its module is imported here,
+    else its nearest built-in base (``UserWarning`` at least). Imports nothing."""
+    module_name, _, qualname = type_path.rpartition(".")
+    found: Any = sys.modules.get(module_name)
+    for part in qualname.split(".") if found is not None else ():
+        found = getattr(found, part, None)
+    if isinstance(found, type) and issubclass(found, Warning):
+        return found
+    fallback = getattr(builtins, base, UserWarning)
+    return fallback if isinstance(fallback, type) and issubclass(fallback, Warning) else (
+        UserWarning)

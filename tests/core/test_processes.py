@@ -1,0 +1,288 @@
+"""Writer processes (``dispatch="process"``, the default): isolation, start-up, crashes, drops,
+forks and priority, against the installed test backends ``jsonl`` and ``faulty`` (which
+segfaults, hangs, exits or raises on command), read back from their files. The first-party
+trackers after a crash of the training process: tests/plugins/test_crash.py."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import time
+
+import pytest
+from faulty_monitor import read_calls, read_steps
+from interpreter import run_python
+from jsonl_monitor import read_rows
+
+from core_monitor import BackendWarning, ConfigError, Monitor, RunInfo, hookimpl
+from core_monitor.errors import BackendError, RemoteTraceback, WriterDied
+
+
+def run_of(monitor: Monitor) -> RunInfo:
+    return monitor.run
+
+
+def jsonl_steps(monitor: Monitor) -> list[int]:
+    return [step for _, step, _ in read_rows(monitor.run)]
+
+
+def writer_pid(monitor: Monitor, name: str = "faulty") -> int:
+    return next(detail for hook, detail in read_calls(monitor.run) if hook == "start")
+
+
+def gone(pid: int, within: float) -> bool:
+    """Whether process ``pid`` has ended (and been reaped) within ``within`` seconds."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.fixture
+def make(monitor_factory, tmp_path):
+    def make(backends=("faulty", "jsonl"), **kwargs):
+        kwargs.setdefault("project", "p")
+        kwargs.setdefault("name", "r")
+        kwargs.setdefault("log_dir", tmp_path)
+        return monitor_factory(list(backends), **kwargs)
+    return make
+
+
+def test_each_backend_runs_in_a_writer_process_of_its_own(make):
+    monitor = make()
+    assert monitor.dispatch == "process"
+    for step in range(5):
+        monitor.log({"x": float(step)}, step=step)
+    monitor.flush()
+    pid = writer_pid(monitor)
+    assert pid != os.getpid()
+    assert read_steps(monitor.run) == list(range(5))
+    assert jsonl_steps(monitor) == list(range(5))
+    monitor.close()
+    assert gone(pid, 10)  # the writer exits with the monitor, and is reaped
+    assert [hook for hook, _ in read_calls(monitor.run)][-2:] == ["flush", "close"]
+
+
+def test_a_writer_runs_at_a_lower_priority_than_the_training_process(make):
+    monitor = make()
+    pid = writer_pid(monitor)
+    deadline = time.monotonic() + 10  # it lowers itself right after it reported ready
+    while os.getpriority(os.PRIO_PROCESS, pid) <= os.getpriority(os.PRIO_PROCESS, 0):
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    monitor.close()
+
+
+def test_a_segfault_in_one_backend_affects_only_that_backend(make):
+    monitor = make(faulty={"segfault_at": 3})
+    with pytest.warns(BackendWarning, match=r"'faulty' failed .*WriterDied.*SIGSEGV"):
+        for step in range(3):
+            monitor.log({"x": float(step)}, step=step)
+        monitor.flush()  # what the backend holds in its own buffers dies with its process
+        for step in range(3, 10):
+            monitor.log({"x": float(step)}, step=step)
+        monitor.flush()
+        time.sleep(0.5)  # the report reaches the caller at its next call
+        monitor.log({"x": 10.0}, step=10)
+    with pytest.warns(BackendWarning, match=r"'faulty': 8 call\(s\) were not delivered"):
+        monitor.close()
+    assert jsonl_steps(monitor) == list(range(11))
+    assert read_steps(monitor.run) == [0, 1, 2]
+    assert monitor.failures == {"faulty": 1}
+    assert monitor.undelivered == {"faulty": 8}  # steps 3-10: exactly what it never wrote
+
+
+def test_strict_reraises_a_writer_failure_with_its_type_and_traceback(make):
+    monitor = make(faulty={"raise_at": 1}, strict=True)
+    monitor.log({"x": 0.0}, step=0)
+    monitor.log({"x": 1.0}, step=1)
+    with pytest.raises(ConnectionError, match="faulty: step 1 is unreachable") as raised:
+        monitor.flush()
+    cause = raised.value.__cause__
+    assert isinstance(cause, RemoteTraceback)
+    assert "in monitor_write" in cause.text and "ConnectionError" in cause.text
+    monitor.log({"x": 2.0}, step=2)
+    monitor.close()
+    assert read_steps(monitor.run) == [0, 2]
+    assert jsonl_steps(monitor) == [0, 1, 2]
+
+
+def test_without_strict_a_writer_failure_is_warned_once_at_the_callers_next_call(make):
+    monitor = make(faulty={"raise_at": 0})
+    monitor.log({"x": 0.0}, step=0)
+    with pytest.warns(BackendWarning, match="'faulty' failed in monitor_write: "
+                                            "ConnectionError: faulty: step 0") as seen:
+        monitor.flush()
+    assert seen[0].filename == __file__
+    monitor.close()
+    assert monitor.failures == {"faulty": 1}
+
+
+def test_a_hung_backend_is_given_up_on_at_the_close_timeout_and_named(make):
+    monitor = make(faulty={"hang_at": 2})
+    for step in range(6):
+        monitor.log({"x": float(step)}, step=step)
+    pid = writer_pid(monitor)
+    started = time.monotonic()
+    with pytest.warns(BackendWarning, match=r"'faulty': 4 call\(s\) were not delivered"):
+        monitor.close(timeout=1.0)
+    assert time.monotonic() - started < 5
+    assert monitor.undelivered == {"faulty": 4}
+    assert jsonl_steps(monitor) == list(range(6))
+    assert gone(pid, 5)  # killed and reaped, not left behind
+
+
+def test_a_bad_option_value_raises_at_start_with_the_backends_own_error(make, tmp_path):
+    with pytest.raises(ConfigError, match=r"faulty: bad=True is not a value this backend "
+                                          r"accepts; pass bad=False"):
+        make(faulty={"bad": True})
+    assert read_rows(RunInfo(project="p", name="r", log_dir=tmp_path)) == []
+
+
+def test_a_log_dir_that_is_a_file_fails_at_start_as_in_the_training_process(make, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    with pytest.warns(BackendWarning, match=r"'faulty' failed in start: (FileExistsError|"
+                                            r"NotADirectoryError)") as seen:
+        monitor = make(("faulty",), log_dir=blocker)
+    assert seen[0].filename == __file__  # replayed at the caller's Monitor(...) line
+    assert monitor.backends == []
+    assert monitor.failures == {"faulty": 1}
+    monitor.close()
+
+
+def test_a_class_defined_in_a_test_runs_in_a_thread_with_one_info_line(make, caplog):
+    class Local:
+        name = "local"
+
+        def __init__(self, run):
+            self.steps = []
+
+        @hookimpl
+        def monitor_write(self, events):
+            self.steps.extend(e.step for e in events)
+
+    with caplog.at_level(logging.INFO, logger="core_monitor"):
+        monitor = make(("jsonl", Local))
+    assert [r.getMessage() for r in caplog.records if "worker thread" in r.getMessage()] == [
+        "backend 'local' runs in a worker thread, not a writer process: its class "
+        "test_a_class_defined_in_a_test_runs_in_a_thread_with_one_info_line.<locals>.Local "
+        "is defined in test_processes (not importable)"]
+    monitor.log({"x": 1.0}, step=7)
+    monitor.flush()
+    assert monitor._dispatch.threads.get("local").instance.steps == [7]
+    assert jsonl_steps(monitor) == [7]
+    assert monitor.backends == ["jsonl", "local"]
+    monitor.close()
+
+
+def test_drop_counts_exactly_and_a_backend_that_keeps_up_never_drops(make):
+    """A slow backend (20 ms per write) beside a fast one, a small buffer, calls every 5 ms:
+    the slow one drops and counts each drop, the fast one gets every call."""
+    monitor = make(faulty={"delay": 0.02}, queue_size=2, on_full="drop")
+    tags = {f"t{i}": float(i) for i in range(10)}
+    with pytest.warns(BackendWarning, match="'faulty' is slower than the logging"):
+        for step in range(300):
+            monitor.log(tags, step=step)
+            time.sleep(0.005)
+    with pytest.warns(BackendWarning, match="dropped"):
+        monitor.close()
+    stored = sorted(set(read_steps(monitor.run)))
+    assert monitor.dropped["faulty"] > 0
+    assert len(stored) + monitor.dropped["faulty"] == 300
+    assert "jsonl" not in monitor.dropped
+    assert sorted(set(jsonl_steps(monitor))) == list(range(300))
+
+
+CRASHING = '''
+import ctypes, os, signal, sys
+from core_monitor import Monitor
+monitor = Monitor(["faulty", "jsonl"], project="p", name="r", log_dir=sys.argv[1])
+for step in range(300):
+    monitor.log({f"t{i}": float(step + i) for i in range(10)}, step=step)
+how = sys.argv[2]
+if how == "kill":
+    os.kill(os.getpid(), signal.SIGKILL)
+elif how == "exit":
+    os._exit(1)
+elif how == "segfault":
+    ctypes.string_at(0)
+'''
+
+
+@pytest.mark.parametrize("how", ["kill", "exit", "segfault"])
+def test_a_dead_training_process_loses_no_row_and_the_writer_marks_the_crash(tmp_path, how):
+    done = run_python(CRASHING, tmp_path, how, check=False, timeout=120)
+    assert done.returncode != 0
+    run = RunInfo(project="p", name="r", log_dir=tmp_path)
+    deadline = time.monotonic() + 60
+    while "close" not in [hook for hook, _ in read_calls(run)]:
+        assert time.monotonic() < deadline, read_calls(run)
+        time.sleep(0.1)
+    assert sorted(set(read_steps(run))) == list(range(300))
+    assert len(read_steps(run)) == 3000
+    assert len(read_rows(run)) == 3000
+    hooks = [hook for hook, _ in read_calls(run)]
+    assert hooks[-3:] == ["flush", "crash", "close"]
+    reason = next(detail for hook, detail in read_calls(run) if hook == "crash")
+    assert "ended without closing the monitor" in reason
+    assert gone(read_calls(run)[0][1], 10)
+
+
+EXITING = '''
+import sys
+from core_monitor import Monitor
+monitor = Monitor(["faulty"], project="p", name="r", log_dir=sys.argv[1])
+monitor.log({"x": 1.0}, step=0)
+'''
+
+
+def test_exit_without_close_closes_the_writer_normally(tmp_path):
+    run_python(EXITING, tmp_path)
+    run = RunInfo(project="p", name="r", log_dir=tmp_path)
+    assert read_steps(run) == [0]
+    assert [hook for hook, _ in read_calls(run)][1:] == ["flush", "close"]  # no crash
+
+
+FORKING = '''
+import os, signal, sys, time
+from core_monitor import Monitor
+monitor = Monitor(["faulty"], project="p", name="r", log_dir=sys.argv[1])
+monitor.log({"x": 1.0}, step=0)
+pid = os.fork()
+if pid == 0:
+    try:
+        monitor.log({"x": 2.0}, step=1)
+    except RuntimeError:
+        pass
+    time.sleep(30)  # a DataLoader worker that lives on: it must not keep the writer alive
+    os._exit(0)
+print(pid, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)  # the trainer dies; its forked child lives on
+'''
+
+
+def test_a_forked_child_neither_writes_nor_keeps_the_writer_alive(tmp_path):
+    done = run_python(FORKING, tmp_path, check=False)
+    child = int(done.stdout.split()[-1])
+    try:
+        run = RunInfo(project="p", name="r", log_dir=tmp_path)
+        deadline = time.monotonic() + 30
+        while "close" not in [hook for hook, _ in read_calls(run)]:
+            assert time.monotonic() < deadline, read_calls(run)
+            time.sleep(0.1)
+        assert read_steps(run) == [0]
+        assert [hook for hook, _ in read_calls(run)][1:] == ["flush", "crash", "close"]
+        assert gone(read_calls(run)[0][1], 10)
+    finally:
+        os.kill(child, signal.SIGKILL)
+
+
+def test_the_writer_error_types_are_exported_where_documented():
+    assert issubclass(WriterDied, BackendError)
+    assert BackendError("pkg.Error", "text").remote_type == "pkg.Error"
