@@ -120,7 +120,7 @@ def _fast_crc() -> bool:
     if not _have_c_crc():
         return False
     record_writer = importlib.import_module(_CRC_MODULE)
-    record_writer.masked_crc32c = _masked_crc32c  # checked by problems(): _crc_problems()
+    record_writer.masked_crc32c = _masked_crc32c  # type: ignore[attr-defined]  # problems() checks it
     return True
 
 
