@@ -45,6 +45,37 @@ class RunChecks:
     """Checks of flush, close, separate runs, ranks, config and imports; mixed into
     ``MonitorContract`` (which supplies the fixtures and assertions they use)."""
 
+    _given: Callable[[str], Any]  # MonitorContract's: what the test class supplied
+
+    # Writer processes (users' default dispatch) ----------------------------------------------
+
+    def test_the_backend_runs_in_a_writer_process(self, backend_class, make_monitor, read_rows):
+        """Users' default, ``dispatch="process"``: the class is constructed in a fresh
+        interpreter from its module path, with the ``RunInfo`` and options pickled; rows it
+        writes there are read back here. (The other checks use ``dispatch`` as supplied; a
+        test class that supplies ``dispatch = "thread"`` says its backend keeps its rows in
+        this process, and skips this check.)"""
+        if self._given("dispatch") == "thread":
+            pytest.skip("the test class supplies dispatch = 'thread': its backend runs in this "
+                        "process only")
+        monitor = make_monitor(dispatch="process")
+        if monitor.backends != [Monitor.backend_name(backend_class)]:
+            pytest.fail(f"the backend did not start in a writer process (started: "
+                        f"{monitor.backends}, failures: {monitor.failures})", pytrace=False)
+        threads = getattr(monitor._dispatch, "threads", None)
+        if threads is not None and threads.backends:
+            pytest.fail(f"{backend_class.__qualname__} ran in a worker thread, not a writer "
+                        "process: its class must be importable by module path from an "
+                        "installed distribution, and its options must pickle (see the INFO "
+                        "line on the core_monitor logger)", pytrace=False)
+        for step in (3, 1, 2):
+            monitor.log({"loss": step / 4}, step=step)
+        monitor.close()
+        got = [(t, s) for t, s, _ in read_rows(monitor.run)]
+        if got != [("loss", 3), ("loss", 1), ("loss", 2)]:
+            pytest.fail(f"written in a writer process, expected rows (tag, step) [('loss', 3), "
+                        f"('loss', 1), ('loss', 2)], read_rows returned {got}", pytrace=False)
+
     # Flush and close --------------------------------------------------------------------------
 
     def test_rows_are_readable_after_flush_while_run_is_open(

@@ -58,8 +58,8 @@ class MonitorContract(StepChecks, RunChecks, MediaChecks, ResumeChecks):
             read_config = staticmethod(my_monitor.read_config)   # with stores_config = True
             read_media = staticmethod(my_monitor.read_media)     # with media_kinds declared
             backend_options = {"flush_secs": 1}            # optional: the backend's options
-            dispatch = "thread"    # optional: the kit's monitors run the backend in a writer
-                                   # process ("process", the default), a thread, or "sync"
+            dispatch = "process"   # optional: the kit's monitors run the backend on a
+                                   # worker thread ("thread", the default), or "process"/"sync"
 
     Each of these may instead be a pytest fixture of the same name, which is how a value that
     depends on another fixture is given (a reader bound to a test server's address, say).
@@ -152,10 +152,11 @@ class MonitorContract(StepChecks, RunChecks, MediaChecks, ResumeChecks):
 
         @pytest.fixture
         def dispatch(self) -> str:
-            """The ``Monitor(dispatch=...)`` of the kit's monitors: ``"process"`` (the default,
-            what users get), or ``"thread"`` for a backend written for a test that keeps its
-            rows in this process's memory."""
-            return self._given("dispatch") or "process"
+            """The ``Monitor(dispatch=...)`` of the kit's monitors: ``"thread"`` by default (the
+            SDK is imported once per test process, not once per monitor), ``"process"`` to run
+            every check in writer processes. ``test_the_backend_runs_in_a_writer_process``
+            checks what the default mode of users adds, whatever this says."""
+            return self._given("dispatch") or "thread"
 
     @pytest.fixture
     def capabilities(self, backend_class: type) -> Capabilities:
