@@ -38,7 +38,10 @@ with ``dispatch="thread"``, a lock in sync mode), they may run on a thread other
 constructor's, batches arrive in the order logged, and no hook is ever called from a forked
 child of the process that built it. By default the backend is constructed in a writer process
 (``core_monitor.dispatch.writer``), so it must be importable by module path there, and its
-options and the ``RunInfo`` must pickle; the kit's tests run in that mode.
+options and the ``RunInfo`` must pickle: ``test_the_backend_runs_in_a_writer_process`` checks
+that. The other checks run the backend on a worker thread (``dispatch = "thread"``, the
+default of the kit: the SDK is imported once per test process instead of once per monitor);
+a test class may set ``dispatch = "process"`` to run them all in writer processes.
 
 Modules: ``contract`` (``MonitorContract``: fixtures and assertions), ``_steps`` (the step and
 value checks), ``_runs`` (flush, close, runs, ranks, config, imports), ``_media`` (images,
