@@ -325,6 +325,10 @@ class ProcessDispatch(Dispatch):
 
     def send(self, hook: str, kwargs: dict[str, Any]) -> None:
         self.sent += 1
+        if not self._fds:  # no writer (a rank that does not write, or all in threads)
+            if self.threads is not None:
+                self.threads.send(hook, kwargs)
+            return
         # A batch travels as its rows, plain tuples (pickled in a third of the time of the
         # Batch object); the writer builds the Batch again (``wire.WRITE_ROWS``).
         frame = (wire.encode((wire.WRITE_ROWS, kwargs["events"].rows))
