@@ -458,7 +458,8 @@ def test_rows_wait_in_the_buffer_until_a_threshold_or_flush(monitor_factory, mlf
 
 
 def test_flush_secs_zero_sends_every_log_call(monitor_factory, mlflow_server):
-    monitor = monitor_factory(mlflow={"flush_secs": 0})
+    # Read right after log(): the backend must run on this thread to have sent it by then.
+    monitor = monitor_factory(mlflow={"flush_secs": 0}, dispatch="sync")
     monitor.log({"loss": 1.0}, step=0)
     assert read_rows(monitor.run, tracking_uri=mlflow_server.uri) == [("loss", 0, 1.0)]
 

@@ -58,6 +58,10 @@ class RunChecks:
         if self._given("dispatch") == "thread":
             pytest.skip("the test class supplies dispatch = 'thread': its backend runs in this "
                         "process only")
+        if requirement_modules(backend_class.__module__) is None:
+            pytest.skip(f"{backend_class.__module__!r} is not provided by an installed "
+                        "distribution, so a writer process may not import it (it runs in a "
+                        "worker thread): install the plugin to check this")
         monitor = make_monitor(dispatch="process")
         if monitor.backends != [Monitor.backend_name(backend_class)]:
             pytest.fail(f"the backend did not start in a writer process (started: "
