@@ -256,6 +256,14 @@ def lowest_pins(wheel: str) -> list[str]:
     return pins
 
 
+#: What the SDK-edge sessions (``lowest``, ``newest``) and the Python-edge session (``pythons``)
+#: run of each plugin's tests: its contract kit (every write and read path of the plugin
+#: through the SDK, one writer-process round trip included) and its SDK checks (tests named
+#: for a missing internal, the SDK or its version). The plugin's other tests run in ``tests``
+#: (``nox -s "plugin(name='...')"`` runs them all); this keeps CI within its time.
+EDGE_TESTS = ["-k", "Contract or internal or sdk or version"]
+
+
 @nox.session
 @nox.parametrize("name", list(PLUGINS))
 def lowest(session: nox.Session, name: str) -> None:
@@ -265,7 +273,8 @@ def lowest(session: nox.Session, name: str) -> None:
     install_wheels(session, wheels, *TEST_DEPS, *pins)
     session.log(f"lowest declared: {', '.join(pins)}")
     session.run("monitors", "list", "--check")
-    session.run("pytest", "--timeout=600", str(PLUGINS[name] / "tests"), *session.posargs,
+    session.run("pytest", "--timeout=600", *(session.posargs or [*plugin_tests(name),
+                                                                  *EDGE_TESTS]),
                 env=offline_env(session))
 
 
@@ -277,10 +286,10 @@ PYTHONS = ("3.10", "3.11", "3.12", "3.13")
 #: MLflow server). The installed-wheel tests (tests/integration) and the framework runs stay on
 #: the default interpreter: they would add about 15 minutes per Python to CI, and what they
 #: prove beyond these (a venv, the frameworks) is not Python-version specific.
-#: What ``pythons`` runs on the edge Pythons: the core's tests and each plugin's own (the code
-#: that meets each Python); the cross-backend runs of tests/plugins (resume, copy, crash: the
+#: What ``pythons`` runs on the edge Pythons: the core's tests, and each plugin's kit and SDK
+#: checks (``EDGE_TESTS``); the cross-backend runs of tests/plugins (resume, copy, crash: the
 #: same code again, four SDKs at a time) stay with ``tests``, to keep CI within its time.
-PYTHON_TESTS = ("tests/core", *(str(p / "tests") for p in PLUGINS.values()))
+PYTHON_TESTS = ("tests/core",)
 
 
 def select_pyenv_pythons(versions: tuple[str, ...]) -> None:
@@ -321,6 +330,10 @@ def pythons(session: nox.Session) -> None:
     session.run("monitors", "list")  # the test backends include broken ones: no --check
     session.run("pytest", "--timeout=600", *(session.posargs or PYTHON_TESTS),
                 env=offline_env(session))
+    if not session.posargs:
+        session.run("pytest", "--timeout=600",
+                    *[test for name in PLUGINS for test in plugin_tests(name)], *EDGE_TESTS,
+                    env=offline_env(session))
 
 
 # Newest SDKs --------------------------------------------------------------------------------
@@ -346,7 +359,8 @@ def newest(session: nox.Session, name: str) -> None:
                             f"print(m.version({sdk!r}))", silent=True).strip()
     session.log(f"{sdk} {installed} (tested: {tested})")
     session.run("pytest", "--timeout=600", "-W", "ignore::core_monitor.SdkVersionWarning",
-                *(session.posargs or plugin_tests(name)), env=offline_env(session))
+                *(session.posargs or [*plugin_tests(name), *EDGE_TESTS]),
+                env=offline_env(session))
 
 
 def plugin_tests(name: str) -> list[str]:
