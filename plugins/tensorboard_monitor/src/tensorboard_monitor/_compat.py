@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import inspect
 import struct
+import warnings
 from types import SimpleNamespace
 
 from core_monitor.compat import ensure_sdk, require_sdk
@@ -99,9 +100,13 @@ def _crc_problems() -> list[str]:
 
 
 def _have_c_crc() -> bool:
-    """Whether ``google_crc32c`` is installed with its C extension."""
+    """Whether ``google_crc32c`` is installed with its C extension. Without it the package
+    warns at import (a ``RuntimeWarning`` about its pure-Python fallback); that warning is
+    not the user's concern here: the SDK's own checksum is kept then."""
     try:
-        import google_crc32c
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            import google_crc32c
     except ImportError:
         return False
     return google_crc32c.implementation == "c"
