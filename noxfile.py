@@ -286,10 +286,11 @@ PYTHONS = ("3.10", "3.11", "3.12", "3.13")
 #: MLflow server). The installed-wheel tests (tests/integration) and the framework runs stay on
 #: the default interpreter: they would add about 15 minutes per Python to CI, and what they
 #: prove beyond these (a venv, the frameworks) is not Python-version specific.
-#: What ``pythons`` runs on the edge Pythons: the core's tests, and each plugin's kit and SDK
+#: What ``pythons`` runs on the edge Pythons: the core's tests but the heavy ones (many
+#: processes, or a whole pytest run: the same code again), and each plugin's kit and SDK
 #: checks (``EDGE_TESTS``); the cross-backend runs of tests/plugins (resume, copy, crash: the
 #: same code again, four SDKs at a time) stay with ``tests``, to keep CI within its time.
-PYTHON_TESTS = ("tests/core",)
+PYTHON_TESTS = ("tests/core", "-m", "not heavy")
 
 
 def select_pyenv_pythons(versions: tuple[str, ...]) -> None:

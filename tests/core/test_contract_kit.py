@@ -158,6 +158,7 @@ class TestLosesNan(KitFor, MonitorContract):
 '''
 
 
+@pytest.mark.heavy
 def test_the_kit_fails_backends_that_break_the_contract(pytester):
     pytester.makepyfile(test_wrong=WRONG_BACKENDS)
     result = pytester.runpytest_subprocess("-q", "-p", "no:cacheprovider")
@@ -324,6 +325,7 @@ MESSAGES = [
 ]
 
 
+@pytest.mark.heavy
 def test_kit_failures_say_expected_stored_and_what_to_fix(pytester):
     """One pytest run of the kit against every wrong backend: each failure names what was
     expected, what was stored and the fix; what a backend gets right still passes."""

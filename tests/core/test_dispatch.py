@@ -299,6 +299,7 @@ print(json.dumps({"interrupted": interrupted, "returned": len(returned)}))
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+@pytest.mark.heavy
 def test_keyboard_interrupts_inside_log_never_split_a_call_between_backends(tmp_path):
     """Background dispatch only: in sync mode an interrupt can land inside a backend's SDK."""
 

@@ -215,6 +215,7 @@ elif how == "segfault":
 '''
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("how", ["kill", "exit", "segfault"])
 def test_a_dead_training_process_loses_no_row_and_the_writer_marks_the_crash(tmp_path, how):
     done = run_python(CRASHING, tmp_path, how, check=False, timeout=120)
@@ -267,6 +268,7 @@ os.kill(os.getpid(), signal.SIGKILL)  # the trainer dies; its forked child lives
 '''
 
 
+@pytest.mark.heavy
 def test_a_forked_child_neither_writes_nor_keeps_the_writer_alive(tmp_path):
     done = run_python(FORKING, tmp_path, check=False)
     child = int(done.stdout.split()[-1])

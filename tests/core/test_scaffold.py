@@ -74,6 +74,7 @@ def test_new_defaults_to_name_monitor_in_the_current_folder(work, monkeypatch):
     assert 'my-tracker = "my_tracker_monitor:MyTrackerMonitor"' in pyproject
 
 
+@pytest.mark.heavy
 def test_the_generated_backend_passes_the_contract_kit(work, pytester):
     """The kit as generated, against the generated package from its source folder (so the one
     kit test that needs an installed distribution, the SDK-import check, skips; the venv test
