@@ -21,9 +21,10 @@ A work item is ``(hook, kwargs)``: the worker calls ``hooks[hook](**kwargs)``, s
 
 A worker polls its queue every ``POLL_SECONDS`` while calls keep coming (a put into a queue
 nobody waits on costs the caller no system call) and blocks after ``IDLE_SECONDS`` without
-any. A queue that reaches half its capacity wakes its worker at once, and with
-``on_full="drop"`` a full queue whose worker is not inside a hook gets ``DROP_GRACE_SECONDS``
-to drain before the call is dropped: a backend that keeps up never drops.
+any. With ``on_full="drop"`` a full queue whose worker is not inside a hook (it is between
+polls) gets ``DROP_GRACE_SECONDS`` to drain before the call is dropped: a backend that keeps up
+never drops. The caller's side never takes a lock the worker takes (no ``threading.Event``
+either): an interrupt there can leave nothing held.
 """
 
 from __future__ import annotations
@@ -93,7 +94,6 @@ class Worker:
         self.policy = policy
         self.capacity = capacity
         self.dropped = 0
-        self.wake = threading.Event()
         self._reset()
         self._thread = threading.Thread(
             target=self._run, name=f"core_monitor:{self.name}", daemon=True
@@ -117,7 +117,6 @@ class Worker:
         interrupt here leaves nothing held.
         """
         pause = 0.0005
-        self.wake.set()
         while self.items.qsize() - self._controls_pending() >= self.capacity:
             if not self._thread.is_alive():
                 return False
@@ -131,7 +130,6 @@ class Worker:
         """Queue a control item (``FLUSH``/``STOP``), past the capacity."""
         self._controls_put += 1
         self.items.put((kind, payload))
-        self.wake.set()
 
     def join(self, deadline: float | None) -> bool:
         """Wait for the thread to end; ``False`` if it still runs at ``deadline``."""
@@ -170,7 +168,6 @@ class Worker:
         hooks = self.backend.hooks
         failed = self.policy.failed_elsewhere
         name, where = self.name, "on its thread"
-        wait, clear = self.wake.wait, self.wake.clear
         idle_since = None
         while True:
             # Poll while calls keep coming: a put into a queue with a blocked reader wakes
@@ -184,8 +181,7 @@ class Worker:
                 if idle_since is None:
                     idle_since = now
                 if now - idle_since < IDLE_SECONDS:
-                    clear()
-                    wait(POLL_SECONDS)
+                    time.sleep(POLL_SECONDS)
                     continue
                 item = self.busy = get()
             if self._abandoned:
@@ -244,7 +240,6 @@ class ThreadDispatch(SyncDispatch):
         super().__init__(*args)
         self.workers: list[Worker] = []
         self._queues: list[SimpleQueue[tuple[str, Any]]] = []
-        self._high = max(1, self.capacity // 2)  # a queue this full wakes its worker
 
     def start(self, specs: Sequence[BackendSpec], run: Any) -> None:
         super().start(specs, run)
@@ -255,7 +250,7 @@ class ThreadDispatch(SyncDispatch):
         """Queue ``hooks[hook](**kwargs)`` for every backend (all or none of them, see
         ``fan_out``); block or drop for a full queue as ``on_full`` says."""
         item = (hook, kwargs)
-        if max(map(SimpleQueue.qsize, self._queues), default=0) < self._high:
+        if max(map(SimpleQueue.qsize, self._queues), default=0) < self.capacity:
             fan_out(self.workers, item)
         else:
             fan_out(self._with_room(), item)
@@ -265,12 +260,9 @@ class ThreadDispatch(SyncDispatch):
         (``"drop"``) for the full ones. A worker whose thread died gets nothing (counted)."""
         ready = []
         for worker in self.workers:
-            size = worker.items.qsize()
-            if size >= self._high:
-                worker.wake.set()
-            room = size < self.capacity
+            room = worker.items.qsize() < self.capacity
             if not room and self.on_full == "drop" and worker.busy is None:
-                # Idle between polls, not stuck in a hook: it drains as soon as it wakes.
+                # Idle between polls, not stuck in a hook: it drains within a poll.
                 room = worker.wait_for_room(time.monotonic() + DROP_GRACE_SECONDS)
             if room or (self.on_full == "block" and worker.wait_for_room()):
                 ready.append(worker)
