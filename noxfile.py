@@ -59,7 +59,7 @@ SUITE = ["tests", *(str(folder / "tests") for folder in PLUGINS.values()),
 TEST_DEPS = ["pytest>=8", "pytest-timeout", "numpy", "uv"]
 
 nox.options.default_venv_backend = "uv|virtualenv"
-# `nox`: what CI runs (about 30 minutes on 2 cores; bench and bench_dist measure, never gate)
+# `nox`: what CI runs (about 40 minutes on 2 cores; bench and bench_dist measure, never gate)
 nox.options.sessions = ["lint", "typecheck", "tests", "frameworks", "lowest", "pythons", "newest",
                         "release"]
 nox.options.error_on_external_run = True
