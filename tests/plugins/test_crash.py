@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from interpreter import imported, modules_after
+from trackers import FOUR, READERS
 
 import mlflow_monitor
 import tensorboard_monitor
@@ -22,13 +23,6 @@ import trackio_monitor
 import wandb_monitor
 from core_monitor import Monitor, RunInfo
 
-FOUR = ["trackio", "tensorboard", "wandb", "mlflow"]
-READERS = {
-    "trackio": trackio_monitor.read_rows,
-    "tensorboard": tensorboard_monitor.read_rows,
-    "wandb": wandb_monitor.read_rows,
-    "mlflow": mlflow_monitor.read_rows,
-}
 STEPS, TAGS = 300, 10
 #: Seconds the writers get to exit by themselves once the training process is gone.
 WRITERS_EXIT_SECONDS = 120.0

@@ -11,23 +11,15 @@ from pathlib import Path
 
 import pytest
 from interpreter import run_python
+from trackers import FOUR, READERS
 
 import mlflow_monitor
 import tensorboard_monitor
 import trackio_monitor
-import wandb_monitor
 from core_monitor import ConfigError, ConfigWarning, Monitor, NoRunToResume, RunInfo
 from mlflow_monitor.reader import client_for
 from wandb_monitor._compat import read_records
 from wandb_monitor.reader import run_folders
-
-FOUR = ["trackio", "tensorboard", "wandb", "mlflow"]
-READERS = {
-    "trackio": trackio_monitor.read_rows,
-    "tensorboard": tensorboard_monitor.read_rows,
-    "wandb": wandb_monitor.read_rows,
-    "mlflow": mlflow_monitor.read_rows,
-}
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 
