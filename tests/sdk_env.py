@@ -37,6 +37,7 @@ FOLDER_ENV = (
 )
 #: Variables that would change what a ``Monitor`` does (credentials, rank, disabled backends).
 DROP_ENV = ("WANDB_API_KEY", "HF_TOKEN", "RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS",
+            "EXPERIMENT_MONITORS_DISPATCH",
             "EXPERIMENT_MONITORS", "EXPERIMENT_MONITORS_DISABLE", "MLFLOW_TRACKING_URI")
 
 

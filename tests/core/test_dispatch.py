@@ -313,3 +313,28 @@ def test_keyboard_interrupts_inside_log_never_split_a_call_between_backends(tmp_
     assert jsonl == second, "an interrupted log() reached one backend and not the other"
     assert len(jsonl) >= result["returned"]
     assert sorted(set(jsonl)) == jsonl  # each step at most once, in order
+
+
+# The default dispatch from the environment (EXPERIMENT_MONITORS_DISPATCH) ------------------
+
+def test_dispatch_env_names_the_default_mode(make, monkeypatch):
+    monkeypatch.setenv("EXPERIMENT_MONITORS_DISPATCH", "sync")
+    assert make().dispatch == "sync"
+    assert make(dispatch="thread").dispatch == "thread"  # an explicit dispatch wins
+
+
+def test_dispatch_env_unset_or_empty_means_process(monkeypatch):
+    from core_monitor.dispatch import default_dispatch
+
+    monkeypatch.delenv("EXPERIMENT_MONITORS_DISPATCH", raising=False)
+    assert default_dispatch(None) == "process"
+    monkeypatch.setenv("EXPERIMENT_MONITORS_DISPATCH", " ")
+    assert default_dispatch(None) == "process"
+
+
+def test_dispatch_env_naming_no_mode_is_a_config_error(make, monkeypatch):
+    from core_monitor import ConfigError
+
+    monkeypatch.setenv("EXPERIMENT_MONITORS_DISPATCH", "procss")
+    with pytest.raises(ConfigError, match=r"EXPERIMENT_MONITORS_DISPATCH='procss'.*'process'"):
+        make()

@@ -20,7 +20,13 @@ from types import MappingProxyType
 from typing import Any, TypeVar
 
 from . import discovery, shutdown
-from .dispatch import DEFAULT_QUEUE_SIZE, BackendSpec, check_dispatch, new_dispatch
+from .dispatch import (
+    DEFAULT_QUEUE_SIZE,
+    BackendSpec,
+    check_dispatch,
+    default_dispatch,
+    new_dispatch,
+)
 from .distributed import Reducer
 from .errors import ConfigError
 from .events import MAX_STEP, Batch, Event, check_events, check_step, metric_rows, rows_by_step
@@ -59,13 +65,14 @@ class Monitor:
         rank_zero_only: only rank 0 constructs backends; other ranks validate what they log
             and write nothing (they start no writer, import no SDK). ``False`` writes from
             every rank.
-        dispatch: where the backends' hooks run (``core_monitor.dispatch``): ``"process"``
-            (default): each backend in a writer process of its own; ``log()`` checks the
-            call and hands it to the kernel (a pipe), so a crash of this process loses none
-            of it and this process imports no SDK. ``"thread"`` (alias ``"background"``):
-            each backend on a worker thread of this process (for code that uses the SDK's
-            own objects beside the monitor, e.g. ``wandb.watch``). ``"sync"``: on the
-            caller's thread before ``log()`` returns.
+        dispatch: where the backends' hooks run (``core_monitor.dispatch``); ``None``
+            (default): the mode the environment variable ``EXPERIMENT_MONITORS_DISPATCH``
+            names, else ``"process"``. ``"process"``: each backend in a writer process of its
+            own; ``log()`` checks the call and hands it to the kernel (a pipe), so a crash of
+            this process loses none of it and this process imports no SDK. ``"thread"``
+            (alias ``"background"``): each backend on a worker thread of this process (for
+            code that uses the SDK's own objects beside the monitor, e.g. ``wandb.watch``).
+            ``"sync"``: on the caller's thread before ``log()`` returns.
         queue_size: calls each backend's buffer holds, 10,000 by default: the queue of a
             worker thread (about 10 MB at 10 scalars per call), or a writer's pipe of
             ``queue_size`` KiB (at most the system's largest pipe, 1 MiB on Linux).
@@ -112,13 +119,14 @@ class Monitor:
         log_dir: str | os.PathLike[str] | None = None,
         strict: bool = False,
         rank_zero_only: bool = True,
-        dispatch: str = "process",
+        dispatch: str | None = None,
         queue_size: int = DEFAULT_QUEUE_SIZE,
         on_full: str = "block",
         resume: str = "never",
         **backend_options: Mapping[str, Any],
     ) -> None:
         backends = check_keywords(backends, project, name, strict, rank_zero_only)
+        dispatch = default_dispatch(dispatch)
         check_dispatch(dispatch, queue_size, on_full)
         rank, world_size = detect_rank()
         self.run = RunInfo(

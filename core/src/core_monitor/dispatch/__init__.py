@@ -16,6 +16,7 @@ the same way (``core_monitor.media.MediaRoutes``).
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from ..errors import ConfigError
@@ -34,10 +35,36 @@ MODES: dict[str, type[Dispatch]] = {
 }
 #: What ``Monitor(on_full=...)`` accepts.
 ON_FULL = ("block", "drop")
+#: The environment variable naming the dispatch of a ``Monitor`` given none (``dispatch=None``,
+#: the default): one of ``MODES``; unset or empty means ``"process"``. An operator (or a test
+#: suite) picks the placement of every monitor of a job without changing its code.
+DISPATCH_ENV = "EXPERIMENT_MONITORS_DISPATCH"
+#: The dispatch when neither ``Monitor(dispatch=...)`` nor ``DISPATCH_ENV`` names one.
+DEFAULT_DISPATCH = "process"
 
-__all__ = ["DEFAULT_QUEUE_SIZE", "MODES", "ON_FULL", "BackendSpec", "Dispatch", "Policy",
-           "ProcessDispatch", "SyncDispatch", "ThreadDispatch", "check_dispatch",
-           "new_dispatch"]
+__all__ = ["DEFAULT_DISPATCH", "DEFAULT_QUEUE_SIZE", "DISPATCH_ENV", "MODES", "ON_FULL",
+           "BackendSpec", "Dispatch", "Policy", "ProcessDispatch", "SyncDispatch",
+           "ThreadDispatch", "check_dispatch", "default_dispatch", "new_dispatch"]
+
+
+def default_dispatch(dispatch: str | None) -> str:
+    """``dispatch``, or when ``None`` the mode ``DISPATCH_ENV`` names (read now), else
+    ``DEFAULT_DISPATCH``.
+
+    Raises:
+        ConfigError: ``DISPATCH_ENV`` names no mode (the message names the variable, its value
+            and the accepted ones).
+    """
+    if dispatch is not None:
+        return dispatch
+    chosen = os.environ.get(DISPATCH_ENV, "").strip()
+    if not chosen:
+        return DEFAULT_DISPATCH
+    if chosen not in MODES:
+        raise ConfigError(f"{DISPATCH_ENV}={chosen!r} names no dispatch mode; set it to one of "
+                          f"{', '.join(map(repr, MODES))} or unset it (default "
+                          f"{DEFAULT_DISPATCH!r})")
+    return chosen
 
 
 def check_dispatch(dispatch: Any, queue_size: Any, on_full: Any) -> None:
