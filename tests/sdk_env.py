@@ -20,7 +20,6 @@ OFFLINE_ENV = {
     "WANDB_CONSOLE": "off",
     "WANDB_DISABLE_GIT": "true",
     "WANDB_DISABLE_CODE": "true",
-    "WANDB_ANONYMOUS": "never",
     "WANDB_ERROR_REPORTING": "false",  # wandb-core's crash reports (on by default, even offline)
     "HF_HUB_OFFLINE": "1",
     "HF_DATASETS_OFFLINE": "1",

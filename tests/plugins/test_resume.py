@@ -99,6 +99,7 @@ def test_must_without_an_earlier_run_names_every_backend_and_writes_nothing(tmp_
     assert "never-ran" in message and "resume='allow'" in message
     for name in FOUR:
         assert f"{name}:" in message
+        assert f"{name}: {name}:" not in message, message  # each backend named once
     assert not log_dir.exists(), sorted(str(p) for p in log_dir.rglob("*"))
 
 

@@ -103,7 +103,9 @@ def check_classes(run: RunInfo, classes: Mapping[str, type]) -> None:
 
 def combined(run: RunInfo, missing: Mapping[str, str]) -> NoRunToResume:
     """The one ``NoRunToResume`` the ``Monitor`` raises for every backend without a run."""
-    where = "; ".join(f"{name}: {text}" for name, text in missing.items())
+    # a backend's own message often starts with its name already (``"trackio: no run ..."``)
+    where = "; ".join(f"{name}: {text.removeprefix(f'{name}: ')}"
+                      for name, text in missing.items())
     log_dir = ("the SDKs' default folders" if run.log_dir is None
                else f"log_dir={str(run.log_dir)!r}")
     return NoRunToResume(
