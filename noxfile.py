@@ -356,9 +356,10 @@ def newest(session: nox.Session, name: str) -> None:
     install_wheels(session, wheels, *TEST_DEPS, tested=False)
     session.install("--upgrade", sdk)  # a reused venv (-R) too
     session.run("monitors", "list", "--check")
-    installed = session.run("python", "-c", f"import importlib.metadata as m; "
-                            f"print(m.version({sdk!r}))", silent=True).strip()
-    session.log(f"{sdk} {installed} (tested: {tested})")
+    # run_install: it also runs under `nox --install-only`, where session.run returns None
+    installed = session.run_install("python", "-c", f"import importlib.metadata as m; "
+                                    f"print(m.version({sdk!r}))", silent=True)
+    session.log(f"{sdk} {str(installed).strip()} (tested: {tested})")
     session.run("pytest", "--timeout=600", "-W", "ignore::core_monitor.SdkVersionWarning",
                 *(session.posargs or [*plugin_tests(name), *EDGE_TESTS]),
                 env=offline_env(session))
@@ -405,6 +406,9 @@ def release(session: nox.Session) -> None:
         session.run("uv", "build", "--quiet", "--out-dir", str(dist),
                     str(source / folder.relative_to(ROOT)))
     built = sorted([*dist.glob("*.whl"), *dist.glob("*.tar.gz")])  # uv adds a .gitignore
+    if not built:  # `nox --install-only`: session.run runs nothing, so nothing was built
+        session.log("nothing built (--install-only): the session's tools are installed")
+        return
     session.run("twine", "check", "--strict", *map(str, built))
     session.run("python", str(source / "release" / "check_dists.py"), str(dist))
 
