@@ -14,6 +14,25 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+#: The module a writer process runs (``python -m core_monitor.dispatch.writer``, started by
+#: ``core_monitor.dispatch.processes``): its ``__main__``.
+WRITER_MODULE = "core_monitor.dispatch.writer"
+
+
+def training_pid() -> int:
+    """The process id of the training process: the one that created the ``Monitor``.
+
+    A backend running in a writer process (``dispatch="process"``, the default) gets the pid of
+    the training process that started the writer (its parent), not its own; in ``"thread"`` and
+    ``"sync"`` mode the backend runs in the training process, and this is ``os.getpid()``. For
+    a backend whose SDK samples a process's CPU, memory or threads (wandb's system charts):
+    point the sampler here, or it describes the writer.
+    """
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    if getattr(spec, "name", None) == WRITER_MODULE:
+        return os.getppid()
+    return os.getpid()
+
 
 @dataclass(frozen=True)
 class RunInfo:

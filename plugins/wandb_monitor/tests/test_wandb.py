@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from interpreter import imported_after, load_error_after, run_python
 
-from core_monitor import ConfigError, Event, Monitor, RunInfo
+from core_monitor import ConfigError, Event, Monitor, RunInfo, Text
 from core_monitor.testing import MonitorContract
 from wandb_monitor import (
     ESCAPE,
@@ -505,3 +505,55 @@ def test_media_are_in_the_history_rows_of_the_callers_step(tmp_path):
 def test_from_deepspeed_reads_deepspeeds_team_as_the_entity():
     assert WandbMonitor.from_deepspeed({"team": "t", "group": "g", "project": "p"}) == {
         "entity": "t", "group": "g", "project": "p"}
+
+
+def test_a_resumed_offline_run_keeps_counting_wandb_step_in_its_new_folder(tmp_path):
+    """wandb's own row counter goes on across the offline folders of one resumed run (wandb
+    would restart it at 0: offline it cannot ask its server), media rows included; the caller's
+    steps stay as given."""
+    log_dir = tmp_path / "logs"
+    counters = []
+    for session, steps in enumerate(([0, 1, 2], [2, 3], [4])):
+        monitor = Monitor(["wandb"], project="cases", name="job", log_dir=log_dir, strict=True,
+                          wandb=OPTIONS, resume="never" if session == 0 else "must",
+                          dispatch="sync")
+        for step in steps:
+            monitor.log({"loss": float(step)}, step=step)
+        if session == 1:
+            monitor.log({"note": Text("media row")}, step=3)
+        monitor.close()
+    folders = sorted((log_dir / "wandb").glob("offline-run-*"))
+    assert len(folders) == 3
+    for folder in folders:
+        counters.append([int(item.value_json) for history in records_of(folder, "history")
+                         for item in history.item if item.nested_key == ["_step"]])
+    assert counters == [[0, 1, 2], [3, 4, 5], [6]]
+    rows = read_rows(RunInfo(project="cases", name="job", log_dir=log_dir))
+    assert steps_of(rows, "loss") == [0, 1, 2, 2, 3, 4]
+
+
+def test_system_charts_describe_the_training_process_not_the_writer(tmp_path):
+    """In a writer process wandb's system monitor samples the training process (its
+    ``x_stats_pid``): here the training process runs 40 idle threads more than any writer."""
+    import threading
+
+    release = threading.Event()
+    idle = [threading.Thread(target=release.wait, daemon=True) for _ in range(40)]
+    for thread in idle:
+        thread.start()
+    try:
+        monitor = Monitor(["wandb"], project="cases", name="stats", log_dir=tmp_path,
+                          dispatch="process", strict=True,
+                          wandb={"mode": "offline", "settings": {
+                              "console": "off", "x_stats_sampling_interval": 0.2}})
+        for step in range(8):
+            monitor.log({"loss": float(step)}, step=step)
+            monitor.flush()
+        monitor.close()
+    finally:
+        release.set()
+    (run_dir,) = find_run_dirs(tmp_path, project="cases", name="stats")
+    threads = [float(item.value_json) for stats in records_of(run_dir, "stats")
+               for item in stats.item if item.key == "proc.cpu.threads"]
+    assert threads, "wandb sampled no process (no stats record)"
+    assert max(threads) >= 40, f"wandb sampled a process with {max(threads)} threads: the writer"

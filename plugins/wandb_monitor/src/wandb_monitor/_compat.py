@@ -40,6 +40,11 @@ _FULL, _FIRST, _MIDDLE, _LAST = 1, 2, 3, 4
 _RECORD_FIELDS = ("history", "run", "config", "exit", "metric")
 
 
+#: wandb's experimental setting naming the process its system monitor samples (CPU, memory,
+#: threads of "the process"; wandb's default: the process that calls ``wandb.init``). In a
+#: writer process the backend sets it to the training process (``core_monitor.run.training_pid``).
+STATS_PID = "x_stats_pid"
+
 # The SDK is imported only when a backend is built, but must be there for the plugin to load.
 require_sdk("wandb", "wandb-monitor")
 
@@ -68,6 +73,8 @@ def problems() -> list[str]:
     found += [f"no Record.{f}" for f in _RECORD_FIELDS if f not in fields]
     if "uuid" not in fields or "telemetry" not in fields:
         found.append("no Record.uuid and Record.telemetry (flush's write-through)")
+    if STATS_PID not in getattr(wandb.Settings, "model_fields", {}):
+        found.append(f"no wandb.Settings.{STATS_PID} (system charts of the training process)")
     from wandb.sdk.interface import interface_shared
 
     if not hasattr(interface_shared.InterfaceShared, "_publish"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -12,6 +13,7 @@ from core_monitor.compat import ensure_sdk
 from core_monitor.events import rows_by_step
 from core_monitor.media import MEDIA_KINDS
 from core_monitor.resume import NoRunToResume
+from core_monitor.run import training_pid
 
 from . import _compat, media, reader, service
 from .storage import DEFAULT_STEP_METRIC, ESCAPE, ESCAPED_FIRST, escaped
@@ -51,7 +53,9 @@ class WandbMonitor:
     run id; ``wandb sync <log_dir>/wandb/offline-run-*`` uploads the folders in start order into
     one run. ``last_step``: the largest step the run held. A step logged again is a second
     history row with that ``global_step`` (charts over ``global_step`` draw both points; wandb's
-    own ``_step`` keeps counting). ``"must"`` with no such folder raises ``NoRunToResume``
+    own ``_step`` keeps counting: offline, where wandb has no server to learn it from, the new
+    folder's first row is logged with ``step=`` the earlier folders' largest ``_step`` + 1,
+    ``reader.next_wandb_step``). ``"must"`` with no such folder raises ``NoRunToResume``
     before any folder is created (an online run not found locally is not searched for on the
     server).
 
@@ -68,6 +72,10 @@ class WandbMonitor:
             digits, ``_``, ``-`` or ``/`` (no ``.``, which wandb reads as nesting).
         settings: extra ``wandb.Settings`` fields, e.g. ``{"console": "off",
             "x_disable_stats": True}``; ``None`` keeps wandb's defaults and environment.
+            wandb's system charts of "the process" (CPU, memory, threads) describe the
+            training process in every dispatch mode: in a writer process the backend sets
+            ``x_stats_pid`` to the training process (``core_monitor.run.training_pid()``)
+            unless ``settings`` names it; ``{"x_disable_stats": True}`` turns them off.
         quiet: ``True`` (default) starts the run with ``wandb.Settings(silent=True)``, so
             wandb's banner and its run summary (about 20 lines) stay off the terminal; its
             warnings and errors still show. ``False`` prints them, as ``wandb.init()`` does. A
@@ -151,11 +159,13 @@ class WandbMonitor:
             init["tags"] = tuple(tags)
         #: Whether an earlier run was continued; the largest step it held (``None``: none).
         self.resumed, self.last_step = False, None
+        first_row = 0  # wandb's _step of this session's first row (resume: after the earlier)
         if run.resume != "never":
             run_id, self.last_step = reader.earlier_run(run)
             if run_id is not None:
                 self.resumed = True
                 init["id"], init["resume"] = run_id, "allow"
+                first_row = reader.next_wandb_step(run)
             elif run.resume == "must":
                 raise NoRunToResume(f"wandb: no run folder of run {run.ranked_name!r} under "
                                     f"{str(run.log_dir or 'WANDB_DIR')!r}")
@@ -179,6 +189,8 @@ class WandbMonitor:
             self._run.define_metric(step_metric, hidden=True)
             self._run.define_metric("*", step_metric=step_metric)
             self._log = self._run.log
+            if first_row > self._run.starting_step:  # offline: wandb would restart at 0
+                self._log = _counting_from(self._run.log, first_row)
             if not self._run.disabled:
                 self.run_file = Path(self._run.settings.sync_file)
                 self.run_dir = self.run_file.parent
@@ -265,6 +277,21 @@ class WandbMonitor:
             self.exit_code = service.CRASH_EXIT_CODE
 
 
+def _counting_from(log: Any, first_row: int) -> Any:
+    """``run.log`` whose first call commits its row as wandb's ``_step`` ``first_row``
+    (``run.log(data, step=first_row, commit=True)``, wandb's public API: its counter goes on
+    from there), and every later call is ``log`` itself."""
+    pending = [first_row]
+
+    def log_row(data: dict[str, Any]) -> None:
+        if pending:
+            log(data, step=pending.pop(), commit=True)
+        else:
+            log(data)
+
+    return log_row
+
+
 def _settings(settings: Mapping[str, Any] | None, quiet: bool) -> Any:
     if settings is not None and not isinstance(settings, Mapping):
         raise ConfigError(
@@ -274,6 +301,8 @@ def _settings(settings: Mapping[str, Any] | None, quiet: bool) -> Any:
     fields = dict(settings or {})
     if quiet and "silent" not in fields and "quiet" not in fields:
         fields["silent"] = True
+    if training_pid() != os.getpid() and _compat.STATS_PID not in fields:
+        fields[_compat.STATS_PID] = training_pid()  # a writer process: sample the trainer
     if not fields:
         return None
     import wandb

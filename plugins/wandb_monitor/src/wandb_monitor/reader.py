@@ -18,8 +18,17 @@ from core_monitor.media import Histogram, Image, Text
 from ._compat import read_records
 from .storage import DEFAULT_STEP_METRIC, is_own_key, unescaped
 
-__all__ = ["earlier_run", "find_run_dirs", "history", "read_config", "read_exit_code", "read_media",
-           "read_rows", "run_folders"]
+__all__ = [
+    "earlier_run",
+    "find_run_dirs",
+    "history",
+    "next_wandb_step",
+    "read_config",
+    "read_exit_code",
+    "read_media",
+    "read_rows",
+    "run_folders",
+]
 
 
 def find_run_dirs(
@@ -233,6 +242,24 @@ def earlier_run(run: RunInfo) -> tuple[str | None, int | None]:
         return None, None
     steps = [step for folder in folders for step, _, _ in _history(folder)]
     return _run_record(folders[-1]).run_id, max(steps, default=None)
+
+
+def next_wandb_step(run: RunInfo) -> int:
+    """wandb's own row counter (``_step``) after every folder of the run ``resume`` continues:
+    the largest ``_step`` their history rows hold, + 1; 0 when there is none. A resumed offline
+    run starts its new folder at 0 by itself (wandb learns the counter from its server, which an
+    offline run has not reached); the backend passes this number on instead. Raises as
+    ``read_rows``."""
+    largest = -1
+    for folder in run_folders(run):
+        for record in read_records(folder):
+            if record.HasField("history"):
+                for item in record.history.item:
+                    if item.key == "_step" or list(item.nested_key) == ["_step"]:
+                        step = _as_step(item.value_json)
+                        if step is not None and step > largest:
+                            largest = step
+    return largest + 1
 
 
 def _run_record(folder: Path) -> Any:
