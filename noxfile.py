@@ -60,8 +60,8 @@ TEST_DEPS = ["pytest>=8", "pytest-timeout", "numpy", "uv"]
 
 nox.options.default_venv_backend = "uv|virtualenv"
 # `nox`: what CI runs (about 40 minutes on 2 cores; bench and bench_dist measure, never gate)
-nox.options.sessions = ["lint", "typecheck", "tests", "frameworks", "lowest", "pythons", "newest",
-                        "release"]
+nox.options.sessions = ["lint", "typecheck", "docs", "tests", "frameworks", "lowest", "pythons",
+                        "newest", "release"]
 nox.options.error_on_external_run = True
 
 
@@ -202,14 +202,17 @@ def demo(session: nox.Session) -> None:
         shutil.rmtree(log_dir)
     log_dir.mkdir()
     record = log_dir / "logged.json"
+    session.log("monitors list --check: imports each plugin and its SDK (about 15 s)")
     session.run("monitors", "list", "--check", env=env)
     session.run("python", str(ROOT / "examples" / "train_digits.py"),
                 "--backends", "trackio,tensorboard,wandb,mlflow", "--log-dir", str(log_dir),
                 "--project", "digits", "--name", "demo", "--record", str(record),
                 *session.posargs, env=env)
+    session.log("reading every backend's storage back through its plugin's reader...")
     session.run("python", str(ROOT / "examples" / "readback.py"), "--record", str(record),
                 env=env)
-    session.log(f"demo runs are in {log_dir} (what was logged: {record})")
+    session.log(f"demo runs are in {log_dir} (what was logged: {record}); the commands above "
+                f"open each one ({session.bin} holds the tools)")
 
 
 @nox.session
@@ -483,6 +486,28 @@ def bench_dist(session: nox.Session) -> None:
     session.run("python", "-m", "torch.distributed.run", "--nproc_per_node", "2",
                 "--master_addr", "127.0.0.1", "--master_port", "29581",
                 "benchmarks/b8_reduce.py", *session.posargs, env=offline_env(session))
+
+
+# Documentation --------------------------------------------------------------------------------
+#: The site's tools: MkDocs, Material for MkDocs, mkdocstrings (the API reference, read from the
+#: sources by griffe: nothing of the project is installed or imported).
+DOCS = ["mkdocs>=1.6,<2", "mkdocs-material>=9.6,<10", "mkdocstrings[python]>=0.29,<2"]
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """Build the documentation site (docs/, mkdocs.yml) into ./site with ``--strict``: a broken
+    link, a missing page or an API reference that does not resolve fails the build. The site
+    reads offline from the folder: open site/index.html. `nox -s docs -- serve` serves it on
+    127.0.0.1:8000 instead, rebuilding on each edit."""
+    session.install(*DOCS)
+    if session.posargs[:1] == ["serve"]:
+        session.run("mkdocs", "serve", "--strict", "--dev-addr", "127.0.0.1:8000",
+                    *session.posargs[1:])
+    else:
+        session.run("mkdocs", "build", "--strict", "--site-dir", str(ROOT / "site"),
+                    *session.posargs)
+        session.log(f"the site: {ROOT / 'site' / 'index.html'} (opens offline)")
 
 
 @nox.session

@@ -27,6 +27,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 
 import numpy as np
+from tqdm import tqdm
 
 from core_monitor import RunInfo
 
@@ -134,7 +135,9 @@ def main(argv: list[str] | None = None) -> int:
     backends = (args.backends.split(",") if args.backends
                 else record["backends"] if record else DEFAULT_BACKENDS)
     read, problems = {}, []
-    for name in backends:
+    # Reading a backend back imports its SDK and parses its storage: seconds each. The bar goes
+    # to stderr, on a terminal only (stdout stays the report, or --json's JSON).
+    for name in tqdm(backends, desc="reading back", unit="backend", disable=None, leave=False):
         try:
             read[name] = [(t, int(s), float(v)) for t, s, v in read_backend(
                 name, args.log_dir, args.project, args.name)]

@@ -20,6 +20,7 @@ import hashlib
 import json
 import math
 import os
+import sys
 
 import numpy as np
 from sklearn.datasets import load_digits
@@ -100,6 +101,10 @@ def main(argv: list[str] | None = None) -> None:
     config["data"] = {"train": len(train), "val": len(val)}
 
     logged, media = [], []
+    # Monitor() returns when every backend has started: a writer process each, importing its
+    # SDK (wandb and mlflow take seconds; about 30 s for the four on a loaded machine)
+    print(f"starting {', '.join(backends)} (a writer process each, importing its SDK)...",
+          flush=True)
     with Monitor(backends, project=args.project, name=args.name, config=config,
                  log_dir=args.log_dir) as monitor:
         for step in range(args.steps):
@@ -131,15 +136,21 @@ def main(argv: list[str] | None = None) -> None:
         with open(args.record, "w", encoding="utf-8") as f:
             json.dump({"project": run.project, "name": run.name, "log_dir": root,
                        "backends": backends, "rows": logged, "media": media}, f)
+    # The commands that open each backend's run, as runnable: the SDKs' tools sit next to the
+    # interpreter running this script (in `nox -s demo`, .nox/demo/bin), maybe not on PATH.
+    tools = os.path.dirname(sys.executable)
     where = {
         "trackio": f"{root}/trackio/{run.project}.db\n"
-                   f"    TRACKIO_DIR={root}/trackio trackio show --project {run.project}",
+                   f"    TRACKIO_DIR={root}/trackio {tools}/trackio show --project {run.project}",
         "tensorboard": f"{root}/{run.project}/{run.name}/\n"
-                       f"    tensorboard --logdir {root}/{run.project}",
-        "wandb": f"{root}/wandb/offline-run-*/\n    wandb sync {root}/wandb/offline-run-*"
-                 if os.environ["WANDB_MODE"] == "offline" else f"{root}/wandb/ (and wandb.ai)",
+                       f"    {tools}/tensorboard --logdir {root}/{run.project} --host 127.0.0.1",
+        "wandb": f"{root}/wandb/offline-run-*/\n"
+                 f"    {tools}/wandb leet {root}/wandb    (a terminal UI; "
+                 f"wandb sync {root}/wandb/offline-run-* uploads it)"
+                 if os.environ.get("WANDB_MODE") == "offline" else f"{root}/wandb/ (and wandb.ai)",
         "mlflow": f"sqlite:///{root}/mlflow/mlflow.db (unless MLFLOW_TRACKING_URI is set)\n"
-                  f"    mlflow ui --backend-store-uri sqlite:///{root}/mlflow/mlflow.db",
+                  f"    {tools}/mlflow ui --backend-store-uri sqlite:///{root}/mlflow/mlflow.db"
+                  " --host 127.0.0.1",
     }
     print(f"\nrun {run.project}/{run.name}: {args.steps} steps logged to {', '.join(backends)}")
     for name in backends:

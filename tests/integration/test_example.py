@@ -29,10 +29,11 @@ NO_HISTOGRAMS = {"mlflow"}
 
 def train(venv: Venv, cwd: Path, record: Path, *, backends: str, name: str,
           sdk_root: Path | None = None) -> dict:
-    venv.run(["python", EXAMPLES / "train_digits.py", "--backends", backends,
-              "--log-dir", cwd / "runs", "--project", "digits", "--name", name,
-              "--steps", STEPS, "--eval-every", 10, "--seed", 3, "--record", record],
-             cwd=cwd, sdk_root=sdk_root)
+    done = venv.run(["python", EXAMPLES / "train_digits.py", "--backends", backends,
+                     "--log-dir", cwd / "runs", "--project", "digits", "--name", name,
+                     "--steps", STEPS, "--eval-every", 10, "--seed", 3, "--record", record],
+                    cwd=cwd, sdk_root=sdk_root)
+    record.with_suffix(".out").write_text(done.stdout)  # what the user saw
     return json.loads(record.read_text())
 
 
@@ -51,6 +52,20 @@ def test_example_records_every_step_with_val_metrics_every_ten(trained: tuple[Pa
              for tag in ("train/loss", "train/accuracy", "lr", "val/loss", "val/accuracy")}
     assert steps["train/loss"] == steps["train/accuracy"] == steps["lr"] == list(range(STEPS))
     assert steps["val/loss"] == steps["val/accuracy"] == [0, 10, 20, STEPS - 1]
+
+
+def test_the_closing_hints_name_a_command_that_exists_for_each_backend(
+    trained: tuple[Path, dict]
+) -> None:
+    """The example ends with a command per backend that opens its run: the tool's full path
+    (the venv's bin folder, maybe not on the user's PATH), so it runs as printed."""
+    cwd, _ = trained
+    printed = (cwd / "logged.out").read_text().split("\nrun digits/it-1:")[1].splitlines()
+    commands = [line.split() for line in printed if line.startswith("    ")]
+    tools = [next(word for word in words if "=" not in word) for words in commands]
+    assert [Path(tool).name for tool in tools] == ["trackio", "tensorboard", "wandb", "mlflow"]
+    for tool in tools:
+        assert Path(tool).is_absolute() and Path(tool).is_file(), tool
 
 
 def test_each_backend_stores_exactly_the_points_the_example_logged(
