@@ -501,6 +501,7 @@ def docs(session: nox.Session) -> None:
     reads offline from the folder: open site/index.html. `nox -s docs -- serve` serves it on
     127.0.0.1:8000 instead, rebuilding on each edit."""
     session.install(*DOCS)
+    session.env["NO_MKDOCS_2_WARNING"] = "1"  # Material's banner about its successor
     if session.posargs[:1] == ["serve"]:
         session.run("mkdocs", "serve", "--strict", "--dev-addr", "127.0.0.1:8000",
                     *session.posargs[1:])

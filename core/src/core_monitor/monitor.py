@@ -250,7 +250,7 @@ class Monitor:
             core_monitor.distributed.TagMismatchError: (``reduce`` only) the ranks gave
                 different tags or operations; raised on every rank.
             Exception: with ``strict=True``, a backend's exception from an earlier call.
-            In every case nothing of this call is written.
+                In every case above, nothing of this call is written.
         """
         if self._closed:
             raise self._closed_error("log")
