@@ -1,13 +1,14 @@
 """Sessions that build the distributions into wheels, install them for real and run them.
 
-    nox               the default sessions lint, typecheck, tests, frameworks, lowest, pythons,
-                      newest, release (the CI command)
+    nox               the default sessions lint, typecheck, docs, tests, frameworks, lowest,
+                      pythons, newest, release (the CI command)
     nox -s tests      core, plugin and integration tests, against wheels in a fresh venv
     nox -s demo       a real training loop logging to trackio, tensorboard, wandb (offline) and
                       mlflow (a local SQLite store)
     nox -s lint       ruff
-    nox -s typecheck  mypy: the core and the plugins (SDKs installed), the README's examples and
-                      a plugin from `monitors new` (--strict)
+    nox -s typecheck  mypy: the core and the plugins (SDKs installed), the Python examples of
+                      the README and of docs/, and a plugin from `monitors new` (--strict)
+    nox -s docs       the documentation site (mkdocs build --strict) into ./site
     nox -s bench      benchmarks (prints ratios, writes benchmarks/results/)
     nox -s "plugin(name='trackio')"   one plugin's wheel next to the core, its tests
                       (plugins/trackio_monitor/tests) and the kit
@@ -521,9 +522,9 @@ def lint(session: nox.Session) -> None:
 # Types ----------------------------------------------------------------------------------------
 #: The mypy release the types are checked with; a new one adds checks, so it moves on purpose.
 MYPY = "mypy>=2.4,<2.5"
-#: What the README's examples leave to the reader (their data, model, loop and framework
-#: objects, a plugin of their own), declared for the type checker. Any other name an example
-#: uses, it must import or define itself.
+#: What the README's and the site's examples leave to the reader (their data, model, loop and
+#: framework objects, a plugin of their own), declared for the type checker. Any other name an
+#: example uses, it must import or define itself.
 README_GIVEN = """\
 from typing import Any
 
@@ -550,31 +551,62 @@ monitor: core_monitor.Monitor
 """
 
 
+#: ``--8<-- "path:first:last"``: pymdownx.snippets' include of lines of a repository file (the
+#: backend pages include their plugin's README): its examples are the page's examples.
+SNIPPET = re.compile(r'^--8<-- "([^":]+)(?::(\d+))?(?::(\d+))?"$')
+
+
+def markdown_lines(page: Path) -> list[tuple[str, str, int]]:
+    """``(text, file, line)`` of each line of ``page``, snippet includes expanded; ``file`` is
+    where the line is written (the page, or the file it includes), relative to the root."""
+    lines = []
+    for number, text in enumerate(page.read_text(encoding="utf-8").splitlines(), start=1):
+        found = SNIPPET.match(text.strip())
+        if found is None:
+            lines.append((text, str(page.relative_to(ROOT)), number))
+            continue
+        included = ROOT / found.group(1)
+        first = int(found.group(2) or 1)
+        body = included.read_text(encoding="utf-8").splitlines()
+        last = int(found.group(3) or len(body))
+        lines += [(body[n - 1], found.group(1), n) for n in range(first, min(last, len(body)) + 1)]
+    return lines
+
+
 def readme_examples(target: Path) -> list[Path]:
-    """Write each ```python block of README.md to ``target/readme_<line>.py`` (``<line>``: where
-    the block starts), after ``README_GIVEN``; return the files."""
+    """Write each ```python block of README.md and of the site's pages (docs/**/*.md, with the
+    files they include) to ``target/<page>_<line>.py`` (``<line>``: where the block starts in the
+    file that holds it), after ``README_GIVEN``; return the files. A block included by several
+    pages is written once."""
     target.mkdir(parents=True, exist_ok=True)
-    for old in target.glob("readme_*.py"):
+    for old in target.glob("*.py"):
         old.unlink()
-    lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
-    files, start = [], None
-    for number, line in enumerate(lines, start=1):
-        if start is None and line.strip() == "```python":
-            start = number
-        elif start is not None and line.strip() == "```":
-            file = target / f"readme_{start}.py"
-            file.write_text(f"{README_GIVEN}\n# README.md, line {start}\n"
-                            + "\n".join(lines[start:number - 1]) + "\n", encoding="utf-8")
-            files.append(file)
-            start = None
-    return files
+    files: dict[tuple[str, int], Path] = {}
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
+        lines = markdown_lines(page)
+        start = None
+        for index, (text, _, _) in enumerate(lines):
+            if start is None and text.strip() == "```python":
+                start = index
+            elif start is not None and text.strip() == "```":
+                _, where, first = lines[start]
+                if (where, first) not in files:
+                    name = re.sub(r"[^A-Za-z0-9]+", "_", where.removesuffix(".md"))
+                    file = target / f"{name}_{first}.py"
+                    body = "\n".join(t for t, _, _ in lines[start + 1:index])
+                    file.write_text(f"{README_GIVEN}\n# {where}, line {first}\n{body}\n",
+                                    encoding="utf-8")
+                    files[where, first] = file
+                start = None
+    return list(files.values())
 
 
 @nox.session
 def typecheck(session: nox.Session) -> None:
     """mypy with the project's configuration (pyproject.toml) over the core and the plugins,
     each SDK installed inside its tested range so the plugins are checked against its types;
-    then under ``--strict`` the README's Python examples (``readme_examples``) and the plugin
+    then under ``--strict`` the Python examples of the README and the site (``readme_examples``)
+    and the plugin
     ``monitors new`` writes (its module and its tests), as a user's type checker sees them.
     The framework integrations are checked without the frameworks (their imports are ``Any``).
     """
@@ -584,7 +616,7 @@ def typecheck(session: nox.Session) -> None:
                *(str(path) for folder in PLUGINS.values() for path in folder.glob("src/*")
                  if (path / "__init__.py").exists())]
     tmp = Path(session.create_tmp())
-    examples = readme_examples(tmp / "readme")
+    examples = readme_examples(tmp / "examples")
     scaffold = tmp / "scaffold" / "csv-monitor"
     if scaffold.exists():
         shutil.rmtree(scaffold)
@@ -593,7 +625,7 @@ def typecheck(session: nox.Session) -> None:
     failed = []
     for what, command in (
         ("the core and the plugins", ["--cache-dir", str(tmp / "mypy-cache"), *sources]),
-        ("the README's examples and the generated plugin (--strict)",
+        ("the README's and the site's examples and the generated plugin (--strict)",
          ["--strict", "--cache-dir", str(tmp / "mypy-strict-cache"), *map(str, examples),
           str(scaffold / "src"), str(scaffold / "tests")]),
     ):
