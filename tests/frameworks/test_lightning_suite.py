@@ -5,8 +5,8 @@ Restated from Lightning 2.6's ``tests/tests_pytorch/loggers/test_all.py`` and
 the construction (``MonitorLogger`` with real backends) and the read-back (each backend's own
 storage instead of mocks) changed. Not restated: the ``DummyLogger``/``DummyExperiment`` tests
 (they test Lightning's own stand-ins) and ``test_scan_checkpoints`` (a checkpoint utility that
-no logger is part of). Where a test asserts a built-in-only convention, the README's Lightning
-section says which and why (here: ranks other than 0 get a ``Monitor`` that writes nothing, not
+no logger is part of). Where a test asserts a built-in-only convention, docs/frameworks/lightning.md
+says which and why (here: ranks other than 0 get a ``Monitor`` that writes nothing, not
 a ``DummyExperiment``).
 """
 

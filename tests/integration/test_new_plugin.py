@@ -1,6 +1,6 @@
-"""``monitors new csv`` to a green contract kit, in a real venv, the way the README says.
+"""``monitors new csv`` to a green contract kit, in a real venv, as docs/plugins.md says.
 
-The README's "Write a backend plugin" path: generate the plugin with the core's command, build
+The "Writing a plugin" page's path: generate the plugin with the core's command, build
 it into a wheel, install that wheel (with its ``test`` extra, which pulls in
 ``core-monitor[testing]``) next to the core's wheel in a fresh venv, see it in
 ``monitors list --check``, and run its generated tests there. Nothing is edited in between.

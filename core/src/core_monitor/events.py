@@ -1,6 +1,6 @@
 """Events and the step and value rules: the one place a tag, value and step become an ``Event``.
 
-The rules (the README's "step contract" states them for users):
+The rules (docs/steps-and-values.md states them for users):
 
 * A step is an ``int`` (Python or numpy integer), ``0 <= step < 2**63``. ``bool`` and ``float``
   steps are rejected. ``None`` means "the next step": one more than the largest step seen so far,
