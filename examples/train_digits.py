@@ -156,7 +156,8 @@ def main(argv: list[str] | None = None) -> None:
                  f"wandb sync {root}/wandb/offline-run-* uploads it)"
                  if os.environ.get("WANDB_MODE") == "offline" else f"{root}/wandb/ (and wandb.ai)",
         "mlflow": f"sqlite:///{root}/mlflow/mlflow.db (unless MLFLOW_TRACKING_URI is set)\n"
-                  f"    {tools}/mlflow ui --backend-store-uri sqlite:///{root}/mlflow/mlflow.db"
+                  # mlflow ui sends usage telemetry unless told not to; the demo sends nothing
+                  f"    MLFLOW_DISABLE_TELEMETRY=true {tools}/mlflow ui --backend-store-uri sqlite:///{root}/mlflow/mlflow.db"
                   " --host 127.0.0.1",
     }
     print(f"\nrun {run.project}/{run.name}: {args.steps} steps logged to {', '.join(backends)}")
