@@ -11,9 +11,11 @@
     nox -s bench      benchmarks (prints ratios, writes benchmarks/results/)
     nox -s "plugin(name='trackio')"   one plugin's wheel next to the core, its tests
                       (plugins/trackio_monitor/tests) and the kit
-    nox -s lowest     each plugin's tests against the lowest SDK version it declares
+    nox -s lowest     every plugin's kit and SDK checks against the lowest SDK versions they
+                      declare, pinned, all plugins in one venv
     nox -s pythons    the core's and plugins' tests on Python 3.10 and 3.13 (the supported edges)
-    nox -s newest     each plugin's tests against the newest SDK the index offers
+    nox -s newest     every plugin's kit and SDK checks against the newest SDKs the index
+                      offers, all plugins in one venv
     nox -s release    sdists and wheels from a clean tree, checked, installed as a user would
                       (--no-index --find-links), logged to and read back; nothing is uploaded
     nox -s frameworks real DeepSpeed, accelerate, Lightning and HF Trainer runs on CPU, and
@@ -65,17 +67,27 @@ nox.options.sessions = ["lint", "typecheck", "tests", "frameworks", "lowest", "p
 nox.options.error_on_external_run = True
 
 
+#: Folder -> the wheel built from it in this nox run: every session installs the same wheels,
+#: and building them again in each of a dozen sessions cost CI minutes.
+_BUILT: dict[Path, str] = {}
+
+
 def build_wheels(session: nox.Session, folders: list[Path]) -> list[str]:
-    """Build one wheel per folder into a fresh directory; return their paths."""
-    out = Path(session.create_tmp()) / "wheels"
-    if out.exists():
-        for old in out.glob("*.whl"):
-            old.unlink()
-    session.install("uv")
-    for folder in folders:
+    """One wheel per folder, built once per nox run (the first session that needs it builds it
+    into ``.nox/wheels/<folder name>``, replacing a wheel an earlier run left); their paths."""
+    wheels = Path(session.create_tmp()).parents[1] / "wheels"
+    missing = [folder for folder in folders if folder not in _BUILT]
+    if missing:
+        session.install("uv")
+    for folder in missing:
+        out = wheels / folder.name
+        if out.exists():
+            shutil.rmtree(out)
         session.run_install("uv", "build", "--wheel", "--quiet", "--out-dir", str(out),
                             str(folder))  # run_install: also under `nox --install-only`
-    return sorted(str(w) for w in out.glob("*.whl"))
+        (wheel,) = out.glob("*.whl")
+        _BUILT[folder] = str(wheel)
+    return sorted(_BUILT[folder] for folder in folders)
 
 
 def tested_ranges() -> dict[str, str]:
@@ -264,18 +276,46 @@ def lowest_pins(wheel: str) -> list[str]:
 EDGE_TESTS = ["-k", "Contract or internal or sdk or version"]
 
 
+def every_plugins_tests() -> list[str]:
+    """The folders of every plugin's tests (each runs the contract kit)."""
+    return [test for name in PLUGINS for test in plugin_tests(name)]
+
+
 @nox.session
-@nox.parametrize("name", list(PLUGINS))
-def lowest(session: nox.Session, name: str) -> None:
-    """One plugin's tests (and the kit) against the lowest SDK versions it declares, pinned."""
-    wheels = build_wheels(session, [CORE, PLUGINS[name]])
-    pins = [pin for wheel in wheels for pin in lowest_pins(wheel)]
-    install_wheels(session, wheels, *TEST_DEPS, *pins)
-    session.log(f"lowest declared: {', '.join(pins)}")
+def lowest(session: nox.Session) -> None:
+    """Every plugin's kit and SDK checks against the lowest versions its distribution declares,
+    pinned (``lowest_pins``), all plugins in one venv with the core at its lowest too.
+
+    One venv and one pytest run for every plugin, rather than one per plugin: a venv and a
+    pytest start cost about a minute each, which ten plugins would pay ten times. A requirement
+    two distributions declare with different lowest versions is pinned at the higher of them
+    (and named): the lower one is then not what is tested. When the plugins' lowest SDKs cannot
+    share one venv, the install fails here, naming the conflict; split ``PLUGINS`` into groups
+    then.
+    """
+    wheels = build_wheels(session, [CORE, *PLUGINS.values()])
+    pins: dict[str, str] = {}
+    for wheel in wheels:
+        for pin in lowest_pins(wheel):
+            project, version = pin.split("==")
+            if project in pins and pins[project] != version:
+                higher = max(pins[project], version, key=version_key)
+                session.warn(f"{project}: lowest declared {pins[project]} and {version}; "
+                             f"pinned at {higher}")
+                version = higher
+            pins[project] = version
+    pinned = [f"{project}=={version}" for project, version in sorted(pins.items())]
+    install_wheels(session, wheels, *TEST_DEPS, *pinned)
+    session.log(f"lowest declared: {', '.join(pinned)}")
     session.run("monitors", "list", "--check")
-    session.run("pytest", "--timeout=600", *(session.posargs or [*plugin_tests(name),
+    session.run("pytest", "--timeout=600", *(session.posargs or [*every_plugins_tests(),
                                                                   *EDGE_TESTS]),
                 env=offline_env(session))
+
+
+def version_key(version: str) -> tuple[int, ...]:
+    """``"3.17.1"`` -> ``(3, 17, 1)``, for comparing the plain versions of ``>=`` requirements."""
+    return tuple(int(part) for part in re.findall(r"\d+", version))
 
 
 # Supported Pythons -------------------------------------------------------------------------
@@ -332,8 +372,7 @@ def pythons(session: nox.Session) -> None:
     session.run("pytest", "--timeout=600", *(session.posargs or PYTHON_TESTS),
                 env=offline_env(session))
     if not session.posargs:
-        session.run("pytest", "--timeout=600",
-                    *[test for name in PLUGINS for test in plugin_tests(name)], *EDGE_TESTS,
+        session.run("pytest", "--timeout=600", *every_plugins_tests(), *EDGE_TESTS,
                     env=offline_env(session))
 
 
@@ -341,26 +380,30 @@ def pythons(session: nox.Session) -> None:
 
 
 @nox.session
-@nox.parametrize("name", list(PLUGINS))
-def newest(session: nox.Session, name: str) -> None:
-    """One plugin's tests against the newest SDK the index offers, outside the tested range
-    too: a release that breaks the plugin fails here the day it lands.
+def newest(session: nox.Session) -> None:
+    """Every plugin's kit and SDK checks against the newest SDKs the index offers, outside the
+    tested ranges too, all in one venv: a release that breaks a plugin fails here the day it
+    lands.
 
     The run-time warning for an SDK outside the tested range (``SdkVersionWarning``) is
-    expected here and not an error; the session names the SDK version it tested, and says
-    when it lies outside the range (widen ``_compat.TESTED`` once the tests pass).
+    expected here and not an error; the session names each SDK version it tested, and the
+    range it was tested with (widen ``_compat.TESTED`` once the tests pass).
     """
-    wheels = build_wheels(session, [CORE, PLUGINS[name]])
-    tested = tested_ranges()[name]
-    sdk = re.match(r"[A-Za-z0-9._-]+", tested).group(0)
+    wheels = build_wheels(session, [CORE, *PLUGINS.values()])
+    ranges = tested_ranges()
+    sdks = {name: re.match(r"[A-Za-z0-9._-]+", tested).group(0) for name, tested in ranges.items()}
     install_wheels(session, wheels, *TEST_DEPS, tested=False)
-    session.install("--upgrade", sdk)  # a reused venv (-R) too
+    session.install("--upgrade", *sdks.values())  # a reused venv (-R) too
     session.run("monitors", "list", "--check")
-    installed = session.run("python", "-c", f"import importlib.metadata as m; "
-                            f"print(m.version({sdk!r}))", silent=True).strip()
-    session.log(f"{sdk} {installed} (tested: {tested})")
+    installed = session.run(
+        "python", "-c", "import importlib.metadata as m, sys\n"
+        "for sdk in sys.argv[1:]: print(sdk, m.version(sdk))", *sdks.values(), silent=True)
+    if installed is not None:  # None under `nox --install-only`, which runs nothing
+        versions = dict(line.split() for line in installed.splitlines())
+        for name, sdk in sdks.items():
+            session.log(f"{sdk} {versions[sdk]} (tested: {ranges[name]})")
     session.run("pytest", "--timeout=600", "-W", "ignore::core_monitor.SdkVersionWarning",
-                *(session.posargs or [*plugin_tests(name), *EDGE_TESTS]),
+                *(session.posargs or [*every_plugins_tests(), *EDGE_TESTS]),
                 env=offline_env(session))
 
 
