@@ -25,12 +25,22 @@ _SESSION_HOME = Path(tempfile.mkdtemp(prefix="monitors-tests-"))
 os.environ.update(offline_env(_SESSION_HOME))
 for _var in DROP_ENV:
     os.environ.pop(_var, None)
+#: Where a test's monitors run their backends when it names no dispatch: a worker thread (each
+#: ``Monitor`` with writer processes starts fresh interpreters, which is most of a test's time).
+#: Tests about writer processes are marked ``@pytest.mark.process`` and get the users' default.
+TEST_DISPATCH = "thread"
 
 
 @pytest.fixture(autouse=True)
-def isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
-    """Every SDK folder under this test's ``tmp_path/env``; offline; no rank variables."""
+def isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                 request: pytest.FixtureRequest) -> dict[str, str]:
+    """Every SDK folder under this test's ``tmp_path/env``; offline; no rank variables; the
+    monitors' default dispatch a worker thread, or writer processes (the users' default) for a
+    test marked ``process`` (``EXPERIMENT_MONITORS_DISPATCH``, inherited by the scripts a test
+    runs)."""
     env = offline_env(tmp_path / "env")
+    env["EXPERIMENT_MONITORS_DISPATCH"] = (
+        "process" if request.node.get_closest_marker("process") else TEST_DISPATCH)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     return env

@@ -1,7 +1,7 @@
 """Sessions that build the distributions into wheels, install them for real and run them.
 
     nox               the default sessions lint, typecheck, docs, tests, frameworks, lowest,
-                      pythons, newest, release (the CI command)
+                      newest, release (the CI command)
     nox -s tests      core, plugin and integration tests, against wheels in a fresh venv
     nox -s demo       a real training loop logging to trackio, tensorboard, wandb (offline) and
                       mlflow (a local SQLite store)
@@ -12,9 +12,11 @@
     nox -s bench      benchmarks (prints ratios, writes benchmarks/results/)
     nox -s "plugin(name='trackio')"   one plugin's wheel next to the core, its tests
                       (plugins/trackio_monitor/tests) and the kit
-    nox -s lowest     each plugin's tests against the lowest SDK version it declares
-    nox -s pythons    the core's and plugins' tests on Python 3.10 and 3.13 (the supported edges)
-    nox -s newest     each plugin's tests against the newest SDK the index offers
+    nox -s lowest     the oldest environment: Python 3.10, every requirement at the lowest
+                      version declared; the core's tests and every plugin's kit and SDK checks
+    nox -s newest     the newest environment: Python 3.13, the newest SDKs the index offers;
+                      the same tests
+    nox -s pythons    the same tests on Python 3.10 and 3.13, SDKs inside their tested ranges
     nox -s release    sdists and wheels from a clean tree, checked, installed as a user would
                       (--no-index --find-links), logged to and read back; nothing is uploaded
     nox -s frameworks real DeepSpeed, accelerate, Lightning and HF Trainer runs on CPU, and
@@ -61,22 +63,33 @@ TEST_DEPS = ["pytest>=8", "pytest-timeout", "numpy", "uv"]
 
 nox.options.default_venv_backend = "uv|virtualenv"
 # `nox`: what CI runs (about 40 minutes on 2 cores; bench and bench_dist measure, never gate)
-nox.options.sessions = ["lint", "typecheck", "docs", "tests", "frameworks", "lowest", "pythons",
-                        "newest", "release"]
+nox.options.sessions = ["lint", "typecheck", "docs", "tests", "frameworks", "lowest", "newest",
+                        "release"]
 nox.options.error_on_external_run = True
 
 
+#: Folder -> the wheel built from it in this nox run: every session installs the same wheels,
+#: and building them again in each of a dozen sessions cost CI minutes.
+_BUILT: dict[Path, str] = {}
+
+
 def build_wheels(session: nox.Session, folders: list[Path]) -> list[str]:
-    """Build one wheel per folder into a fresh directory; return their paths."""
-    out = Path(session.create_tmp()) / "wheels"
-    if out.exists():
-        for old in out.glob("*.whl"):
-            old.unlink()
-    session.install("uv")
-    for folder in folders:
+    """One wheel per folder, built once per nox run: the first session that needs it builds it
+    into its own temporary folder (``.nox/<session>/tmp/wheels/<folder name>``, replacing a
+    wheel an earlier run left there), the later ones install that file; their paths."""
+    wheels = Path(session.create_tmp()) / "wheels"
+    missing = [folder for folder in folders if folder not in _BUILT]
+    if missing:
+        session.install("uv")
+    for folder in missing:
+        out = wheels / folder.name
+        if out.exists():
+            shutil.rmtree(out)
         session.run_install("uv", "build", "--wheel", "--quiet", "--out-dir", str(out),
                             str(folder))  # run_install: also under `nox --install-only`
-    return sorted(str(w) for w in out.glob("*.whl"))
+        (wheel,) = out.glob("*.whl")
+        _BUILT[folder] = str(wheel)
+    return sorted(_BUILT[folder] for folder in folders)
 
 
 def tested_ranges() -> dict[str, str]:
@@ -268,32 +281,24 @@ def lowest_pins(wheel: str) -> list[str]:
 EDGE_TESTS = ["-k", "Contract or internal or sdk or version"]
 
 
-@nox.session
-@nox.parametrize("name", list(PLUGINS))
-def lowest(session: nox.Session, name: str) -> None:
-    """One plugin's tests (and the kit) against the lowest SDK versions it declares, pinned."""
-    wheels = build_wheels(session, [CORE, PLUGINS[name]])
-    pins = [pin for wheel in wheels for pin in lowest_pins(wheel)]
-    install_wheels(session, wheels, *TEST_DEPS, *pins)
-    session.log(f"lowest declared: {', '.join(pins)}")
-    session.run("monitors", "list", "--check")
-    session.run("pytest", "--timeout=600", *(session.posargs or [*plugin_tests(name),
-                                                                  *EDGE_TESTS]),
-                env=offline_env(session))
+def every_plugins_tests() -> list[str]:
+    """The folders of every plugin's tests (each runs the contract kit)."""
+    return [test for name in PLUGINS for test in plugin_tests(name)]
 
 
 # Supported Pythons -------------------------------------------------------------------------
 #: The Python versions every distribution supports: each pyproject.toml's ``requires-python``
 #: and classifiers say the same (``nox -s release`` checks that they do).
 PYTHONS = ("3.10", "3.11", "3.12", "3.13")
-#: The tests run on the edges of that range: the core's and the plugins' (real SDKs, a real
-#: MLflow server). The installed-wheel tests (tests/integration) and the framework runs stay on
-#: the default interpreter: they would add about 15 minutes per Python to CI, and what they
-#: prove beyond these (a venv, the frameworks) is not Python-version specific.
-#: What ``pythons`` runs on the edge Pythons: the core's tests but the heavy ones (many
-#: processes, or a whole pytest run: the same code again), and each plugin's kit and SDK
-#: checks (``EDGE_TESTS``); the cross-backend runs of tests/plugins (resume, copy, crash: the
-#: same code again, four SDKs at a time) stay with ``tests``, to keep CI within its time.
+#: CI tests the edges of that range together with the edges of the SDK ranges: ``lowest`` on
+#: the lowest Python, ``newest`` on the highest (the oldest and the newest environment a user
+#: can have), ``tests`` and ``frameworks`` on the default interpreter, inside the tested
+#: ranges. On each edge Python: the core's tests but the heavy ones (many processes, or a
+#: whole pytest run: the same code again), and each plugin's kit and SDK checks
+#: (``EDGE_TESTS``). The installed-wheel tests (tests/integration), the cross-backend runs of
+#: tests/plugins and the framework runs stay on the default interpreter: what they prove
+#: beyond these (a venv, four SDKs at a time, the frameworks) is not Python-version specific.
+#: ``nox -s pythons`` runs the edge Pythons with the SDKs inside their tested ranges.
 PYTHON_TESTS = ("tests/core", "-m", "not heavy")
 
 
@@ -322,51 +327,92 @@ def select_pyenv_pythons(versions: tuple[str, ...]) -> None:
 select_pyenv_pythons((PYTHONS[0], PYTHONS[-1]))
 
 
-@nox.session(python=[PYTHONS[0], PYTHONS[-1]])
-def pythons(session: nox.Session) -> None:
-    """The core's and plugins' tests on the lowest and the highest supported Python.
+def edge_tests(session: nox.Session, *pytest_args: str) -> None:
+    """What the edge sessions run: ``monitors list --check`` over the plugins; then, with the
+    test backends added, the core's tests (``PYTHON_TESTS``) and every plugin's kit and SDK
+    checks (``EDGE_TESTS``), or ``session.posargs`` instead of both."""
+    session.run("monitors", "list", "--check")
+    # The test backends include broken ones (for the core's tests): after the check.
+    session.install("--no-deps", *build_wheels(session, FIXTURES))
+    env = offline_env(session)
+    if session.posargs:
+        session.run("pytest", "--timeout=600", *pytest_args, *session.posargs, env=env)
+        return
+    session.run("pytest", "--timeout=600", *pytest_args, *PYTHON_TESTS, env=env)
+    session.run("pytest", "--timeout=600", *pytest_args, *every_plugins_tests(), *EDGE_TESTS,
+                env=env)
 
-    Interpreters are found on PATH as ``python3.10`` and ``python3.13`` (pyenv's installed
-    versions too, see ``select_pyenv_pythons``). A missing one is skipped locally and fails the
-    run in CI (nox's default when ``CI`` is set).
+
+# Lowest and newest SDKs ----------------------------------------------------------------------
+
+
+@nox.session(python=PYTHONS[0])
+def lowest(session: nox.Session) -> None:
+    """The oldest environment: the lowest supported Python, and every requirement of the core
+    and the plugins pinned at the lowest version it declares (``lowest_pins``), all plugins in
+    one venv; ``edge_tests``.
+
+    One venv and one pytest run for every plugin, rather than one per plugin: a venv and a
+    pytest start cost about a minute each, which ten plugins would pay ten times. A requirement
+    two distributions declare with different lowest versions is pinned at the higher of them
+    (and named): the lower one is then not what is tested. When the plugins' lowest SDKs cannot
+    share one venv, the install fails here, naming the conflict; split ``PLUGINS`` into groups
+    then. The interpreter is found as ``select_pyenv_pythons`` says; a missing one is skipped
+    locally and fails the run in CI (nox's default when ``CI`` is set).
     """
-    wheels = build_wheels(session, [CORE, *PLUGINS.values(), *FIXTURES])
-    install_wheels(session, wheels, *TEST_DEPS)
-    session.run("monitors", "list")  # the test backends include broken ones: no --check
-    session.run("pytest", "--timeout=600", *(session.posargs or PYTHON_TESTS),
-                env=offline_env(session))
-    if not session.posargs:
-        session.run("pytest", "--timeout=600",
-                    *[test for name in PLUGINS for test in plugin_tests(name)], *EDGE_TESTS,
-                    env=offline_env(session))
+    wheels = build_wheels(session, [CORE, *PLUGINS.values()])
+    pins: dict[str, str] = {}
+    for wheel in wheels:
+        for pin in lowest_pins(wheel):
+            project, version = pin.split("==")
+            if project in pins and pins[project] != version:
+                higher = max(pins[project], version, key=version_key)
+                session.warn(f"{project}: lowest declared {pins[project]} and {version}; "
+                             f"pinned at {higher}")
+                version = higher
+            pins[project] = version
+    pinned = [f"{project}=={version}" for project, version in sorted(pins.items())]
+    install_wheels(session, wheels, *TEST_DEPS, *pinned)
+    session.log(f"lowest declared: {', '.join(pinned)}")
+    edge_tests(session)
 
 
-# Newest SDKs --------------------------------------------------------------------------------
+def version_key(version: str) -> tuple[int, ...]:
+    """``"3.17.1"`` -> ``(3, 17, 1)``, for comparing the plain versions of ``>=`` requirements."""
+    return tuple(int(part) for part in re.findall(r"\d+", version))
 
 
-@nox.session
-@nox.parametrize("name", list(PLUGINS))
-def newest(session: nox.Session, name: str) -> None:
-    """One plugin's tests against the newest SDK the index offers, outside the tested range
-    too: a release that breaks the plugin fails here the day it lands.
+@nox.session(python=PYTHONS[-1])
+def newest(session: nox.Session) -> None:
+    """The newest environment: the highest supported Python, and the newest SDKs (and core
+    requirements) the index offers, outside the tested ranges too, all plugins in one venv;
+    ``edge_tests``. A release that breaks a plugin fails here the day it lands.
 
     The run-time warning for an SDK outside the tested range (``SdkVersionWarning``) is
-    expected here and not an error; the session names the SDK version it tested, and says
-    when it lies outside the range (widen ``_compat.TESTED`` once the tests pass).
+    expected here and not an error; the session names each SDK version it tested, and the
+    range it was tested with (widen ``_compat.TESTED`` once the tests pass).
     """
-    wheels = build_wheels(session, [CORE, PLUGINS[name]])
-    tested = tested_ranges()[name]
-    sdk = re.match(r"[A-Za-z0-9._-]+", tested).group(0)
+    wheels = build_wheels(session, [CORE, *PLUGINS.values()])
+    ranges = tested_ranges()
+    sdks = {name: re.match(r"[A-Za-z0-9._-]+", tested).group(0) for name, tested in ranges.items()}
     install_wheels(session, wheels, *TEST_DEPS, tested=False)
-    session.install("--upgrade", sdk)  # a reused venv (-R) too
-    session.run("monitors", "list", "--check")
-    # run_install: it also runs under `nox --install-only`, where session.run returns None
-    installed = session.run_install("python", "-c", f"import importlib.metadata as m; "
-                                    f"print(m.version({sdk!r}))", silent=True)
-    session.log(f"{sdk} {str(installed).strip()} (tested: {tested})")
-    session.run("pytest", "--timeout=600", "-W", "ignore::core_monitor.SdkVersionWarning",
-                *(session.posargs or [*plugin_tests(name), *EDGE_TESTS]),
-                env=offline_env(session))
+    session.install("--upgrade", *sdks.values())  # a reused venv (-R) too
+    installed = session.run(
+        "python", "-c", "import importlib.metadata as m, sys\n"
+        "for sdk in sys.argv[1:]: print(sdk, m.version(sdk))", *sdks.values(), silent=True)
+    if installed is not None:  # None under `nox --install-only`, which runs nothing
+        versions = dict(line.split() for line in installed.splitlines())
+        for name, sdk in sdks.items():
+            session.log(f"{sdk} {versions[sdk]} (tested: {ranges[name]})")
+    edge_tests(session, "-W", "ignore::core_monitor.SdkVersionWarning")
+
+
+@nox.session(python=[PYTHONS[0], PYTHONS[-1]])
+def pythons(session: nox.Session) -> None:
+    """``edge_tests`` on the lowest and the highest supported Python with the SDKs inside their
+    tested ranges (not a CI session: ``lowest`` and ``newest`` run those Pythons)."""
+    install_wheels(session, build_wheels(session, [CORE, *PLUGINS.values()]), *TEST_DEPS)
+    edge_tests(session)
 
 
 def plugin_tests(name: str) -> list[str]:

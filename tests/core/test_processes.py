@@ -18,6 +18,9 @@ from jsonl_monitor import read_rows
 from core_monitor import BackendWarning, ConfigError, Monitor, RunInfo, hookimpl
 from core_monitor.errors import BackendError, RemoteTraceback, WriterDied
 
+# Every test here is about writer processes: the users' default dispatch, not the suite's thread.
+pytestmark = pytest.mark.process
+
 
 def run_of(monitor: Monitor) -> RunInfo:
     return monitor.run

@@ -4,6 +4,10 @@ Hugging Face Trainer, and ``torchrun --nproc_per_node 2`` with gloo.
 Scripts under ``scripts/`` run in fresh interpreters (DeepSpeed and torchrun need their own
 processes); they write what the framework itself reports (steps, values) as JSON next to the
 logs, and the tests read every backend's own storage back (``readback.py``).
+
+These tests are about frameworks reaching the backends, not about where a backend runs: their
+monitors use the suite's thread dispatch (the repository's ``conftest.py``), except one test per
+framework marked ``process``, which runs as users get it, with writer processes.
 """
 
 from __future__ import annotations

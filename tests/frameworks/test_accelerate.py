@@ -83,6 +83,8 @@ def test_log_with_the_registered_name(log_dir):
     check_backends(tracker.monitor, logged)
 
 
+# What users get (writer processes): this framework's one run in the users' default dispatch.
+@pytest.mark.process
 def test_accelerates_tensorboard_tracker_and_ours_store_the_same_scalars(log_dir):
     """One run with both trackers: accelerate's TensorBoard folder and every backend agree."""
     tracker = MonitorTracker(BACKENDS, run_name="parity")

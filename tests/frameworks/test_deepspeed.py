@@ -72,6 +72,8 @@ def test_attach_takes_over_trackio_tensorboard_and_wandb_sections(log_dir, tmp_p
     assert len(event_files(log_dir / "dsrun")) == 2
 
 
+# What users get (writer processes): this framework's one run in the users' default dispatch.
+@pytest.mark.process
 def test_initialize_under_torchrun_two_ranks_one_run_per_backend_by_rank_0(log_dir, tmp_path):
     out = tmp_path / "out.json"
     run_script("ds_train.py", log_dir, out, "initialize", nproc=2)

@@ -33,6 +33,8 @@ def run_of(result: dict, rank: int = 0) -> RunInfo:
                    rank=rank)
 
 
+# What users get (writer processes): torchrun's one run in the users' default dispatch.
+@pytest.mark.process
 def test_rank_1_imports_no_sdk_and_writes_nothing(log_dir, tmp_path):
     out = tmp_path / "out"
     run_script("dist_monitor.py", "plain", log_dir, out, nproc=2)

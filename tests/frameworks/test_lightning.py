@@ -25,6 +25,8 @@ def csv_rows(path: Path) -> list[tuple[str, int, float]]:
                 if tag != "step" and value != ""]
 
 
+# What users get (writer processes): this framework's one run in the users' default dispatch.
+@pytest.mark.process
 def test_every_backend_holds_exactly_the_steps_and_values_of_metrics_csv(log_dir):
     monitor_logger, csv_logger, trainer = fit(log_dir)
     oracle = csv_rows(Path(csv_logger.log_dir) / "metrics.csv")

@@ -61,6 +61,8 @@ def event_scalars(folder) -> list[tuple[str, int, float]]:
                   for e in accumulator.Scalars(tag))
 
 
+# What users get (writer processes): this framework's one run in the users' default dispatch.
+@pytest.mark.process
 def test_every_backend_holds_the_log_history_under_the_trainers_own_tags(tmp_path, log_dir):
     callback = MonitorCallback(BACKENDS, project="hf", log_dir=log_dir)
     trainer = make_trainer(tmp_path, [callback])

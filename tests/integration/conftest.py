@@ -43,10 +43,13 @@ _DROP = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "VIRTUAL_ENV", "CONDA_PREF
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark every test of this folder ``slow``: each builds or drives real venvs."""
+    """Mark every test of this folder ``slow`` (each builds or drives real venvs) and
+    ``process``: what a user's script or ``monitors`` command does, with the users' default
+    dispatch (writer processes), not the suite's thread."""
     for item in items:
         if HERE in Path(item.path).parents:
             item.add_marker(pytest.mark.slow)
+            item.add_marker(pytest.mark.process)
 
 
 def _uv() -> str:

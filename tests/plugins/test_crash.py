@@ -27,7 +27,10 @@ STEPS, TAGS = 300, 10
 #: Seconds the writers get to exit by themselves once the training process is gone.
 WRITERS_EXIT_SECONDS = 120.0
 
-pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals and ps")
+# About writer processes (they outlive a killed trainer; each holds its own SDK and Trackio
+# folder), so the monitors here, and the trainers' scripts, get the users' default dispatch.
+pytestmark = [pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals and ps"),
+              pytest.mark.process]
 
 TRAIN = """
 import ctypes, json, os, signal, subprocess, sys

@@ -18,6 +18,7 @@ import inspect
 import os
 import struct
 import time
+import uuid
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -240,10 +241,12 @@ def write_through(run: Any, file: Path, timeout: float = WRITE_THROUGH_TIMEOUT) 
     wandb-core writes the log in whole 32 KiB blocks and has no flush request: up to one block
     of the latest records lives only in its memory, and is lost when the training process is
     killed (SIGKILL, an out-of-memory kill), since wandb-core then exits without writing it.
-    So this sends one empty telemetry record padded (its ``uuid`` field) past a block's size,
-    which makes wandb-core complete and write the block holding everything sent before, and
-    waits until the file has grown past that block's end. Costs about 33 KB of file per call;
-    the padding record carries no data (an empty telemetry update, on sync too).
+    So this sends one empty telemetry record padded past a block's size (its ``uuid`` field: a
+    token new to this call, repeated), which makes wandb-core complete and write the block
+    holding everything sent before, and waits until the token is in the file. wandb-core
+    writes in order, and may still be blocks behind when this is called (under load), so the
+    wait is for this call's own token, not for the file's next block. Costs about 33 KB of file
+    per call; the padding record carries no data (an empty telemetry update, on sync too).
 
     Raises:
         TimeoutError: the block did not reach the file within ``timeout`` seconds.
@@ -254,17 +257,21 @@ def write_through(run: Any, file: Path, timeout: float = WRITE_THROUGH_TIMEOUT) 
         size = file.stat().st_size
     except OSError:
         size = 0
-    target = (size // _BLOCK + 1) * _BLOCK
+    # Past a block's end, a whole copy of the token lies inside one chunk of a written block.
+    token = uuid.uuid4().hex
     record = wandb_internal_pb2.Record(  # type: ignore[attr-defined]  # built at run time
         telemetry=wandb_telemetry_pb2.TelemetryRecord())  # type: ignore[attr-defined]
-    record.uuid = "-" * (_BLOCK + 256)
+    record.uuid = token * ((_BLOCK + 256) // len(token) + 1)
     run._interface._publish(record)
+    found = token.encode("ascii")
     deadline = time.monotonic() + timeout
     delay = 0.001
     while True:
         try:
-            if file.stat().st_size >= target:
-                return
+            with file.open("rb") as stream:
+                stream.seek(size)  # the padding follows what was on disk before it was sent
+                if found in stream.read():
+                    return
         except OSError:
             pass
         if time.monotonic() > deadline:
