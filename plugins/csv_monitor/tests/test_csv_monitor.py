@@ -42,7 +42,7 @@ def test_the_entry_points_name_the_backend_and_its_reader():
     assert reader.value == "csv_monitor.reader"
 
 
-def _lightning_metrics(calls: list[tuple[dict[str, float], int]], folder: Path) -> str:
+def _lightning_metrics(calls: list[tuple[dict[str, float], int]], folder: Path) -> bytes:
     """What Lightning's own writer makes of ``calls`` (its ``log_metrics``/``save`` logic),
     restated from ``lightning.fabric.loggers.csv_logs._ExperimentWriter``: sorted header,
     rewritten when a save brings a new column, ``csv.DictWriter`` rows."""
@@ -65,7 +65,7 @@ def _lightning_metrics(calls: list[tuple[dict[str, float], int]], folder: Path) 
             if not exists:
                 writer.writeheader()
             writer.writerows(rows)
-    return path.read_text()
+    return path.read_bytes()
 
 
 CALLS = [({"train/loss": 0.5, "lr": 0.001}, 0), ({"train/loss": 0.25}, 5),
@@ -83,14 +83,14 @@ def test_lightning_layout_matches_the_csv_logger_byte_for_byte(tmp_path):
         monitor.flush()
         for metrics, step in CALLS[2:]:
             monitor.log(metrics, step=step)
-    produced = (run_dir(monitor.run) / "metrics.csv").read_text()
+    produced = (run_dir(monitor.run) / "metrics.csv").read_bytes()
     try:
         from lightning.pytorch.loggers import CSVLogger
     except ImportError:
         (tmp_path / "theirs").mkdir()
         expected = _lightning_metrics(CALLS, tmp_path / "theirs")
         hparams = {"lr": 0.001, "layers": 3, "name": "mlp"}
-    else:  # pragma: no cover - with lightning installed
+    else:  # with lightning installed (the dev venv may have it; nox -s frameworks does)
         logger = CSVLogger(tmp_path / "theirs", name="proj", version="v0")
         logger.log_hyperparams({"lr": 0.001, "layers": 3, "name": "mlp"})
         for metrics, step in CALLS[:2]:
@@ -99,10 +99,10 @@ def test_lightning_layout_matches_the_csv_logger_byte_for_byte(tmp_path):
         for metrics, step in CALLS[2:]:
             logger.log_metrics(metrics, step=step)
         logger.finalize("success")
-        expected = (Path(logger.log_dir) / "metrics.csv").read_text()
+        expected = (Path(logger.log_dir) / "metrics.csv").read_bytes()
         hparams = yaml.safe_load((Path(logger.log_dir) / "hparams.yaml").read_text())
     assert produced == expected
-    assert produced.splitlines()[0] == "lr,step,train/loss,val/acc"
+    assert produced.splitlines()[0] == b"lr,step,train/loss,val/acc"  # csv's \r\n ends
     assert yaml.safe_load((run_dir(monitor.run) / "hparams.yaml").read_text()) == hparams
     assert read_status(run_dir(monitor.run)) == "finished"
 
