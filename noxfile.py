@@ -53,7 +53,11 @@ PLUGINS = {
     "tensorboard": ROOT / "plugins" / "tensorboard_monitor",
     "wandb": ROOT / "plugins" / "wandb_monitor",
     "mlflow": ROOT / "plugins" / "mlflow_monitor",
+    "csv": ROOT / "plugins" / "csv_monitor",
 }
+#: The plugins that wrap an SDK (a ``_compat.py`` with its tested range): ``lowest`` and
+#: ``newest`` run for these; a plugin without an SDK (csv) has no range to cover.
+SDK_PLUGINS = [name for name, folder in PLUGINS.items() if any(folder.glob("src/*/_compat.py"))]
 FIXTURES = sorted(p for p in (ROOT / "tests" / "fixtures").iterdir() if p.is_dir())
 #: Every test but the framework runs (`nox -s frameworks`): the core's, the integration tests
 #: and each plugin's own tests, beside its code.
@@ -99,8 +103,8 @@ def tested_ranges() -> dict[str, str]:
     checks it at run time), without importing the plugin: nox runs before anything is installed.
     """
     ranges = {}
-    for name, folder in PLUGINS.items():
-        (compat,) = folder.glob("src/*/_compat.py")
+    for name in SDK_PLUGINS:
+        (compat,) = PLUGINS[name].glob("src/*/_compat.py")
         found = re.search(r'^TESTED = "([^"]+)"$', compat.read_text(), flags=re.MULTILINE)
         if found is None:
             raise RuntimeError(f"{compat}: no TESTED = \"<sdk requirement>\" line")
@@ -430,7 +434,7 @@ DISTRIBUTIONS = {
 
 @nox.session
 def release(session: nox.Session) -> None:
-    """Build, check and install the five distributions as a user would; nothing is uploaded.
+    """Build, check and install the six distributions as a user would; nothing is uploaded.
 
     1. The sdist and wheel of each distribution, built from ``git archive HEAD`` (a clean
        tree, what a fresh clone holds: uncommitted changes are named and left out) into
@@ -439,8 +443,8 @@ def release(session: nox.Session) -> None:
        (versions, license, Pythons, URLs, entry points, no upper bound on any requirement).
     3. A fresh venv: the requirements our wheels declare, from the index (SDKs inside their
        tested ranges); then ``pip install --no-index --find-links dist core-monitor
-       trackio-monitor tensorboard-monitor wandb-monitor mlflow-monitor``: ours from that
-       folder alone.
+       trackio-monitor tensorboard-monitor wandb-monitor mlflow-monitor csv-monitor``: ours from
+       that folder alone.
     4. ``monitors list --check``, and ``release/smoke.py``: 20 steps to every backend, read
        back through each plugin's reader.
     5. What would be uploaded: each file, its size and sha256, and the upload command.

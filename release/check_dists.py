@@ -52,6 +52,7 @@ FOLDERS = {
     "tensorboard-monitor": ROOT / "plugins" / "tensorboard_monitor",
     "wandb-monitor": ROOT / "plugins" / "wandb_monitor",
     "mlflow-monitor": ROOT / "plugins" / "mlflow_monitor",
+    "csv-monitor": ROOT / "plugins" / "csv_monitor",
 }
 #: The supported Pythons (noxfile.PYTHONS says the same; CI tests the lowest and the highest).
 PYTHONS = ("3.10", "3.11", "3.12", "3.13")
@@ -63,6 +64,7 @@ ENTRY_POINTS = {
     "tensorboard-monitor": [("experiment_monitors", "tensorboard")],
     "wandb-monitor": [("experiment_monitors", "wandb")],
     "mlflow-monitor": [("experiment_monitors", "mlflow")],
+    "csv-monitor": [("experiment_monitors", "csv")],
 }
 UPPER_BOUNDS = ("<", "<=", "==", "~=", "!=", "===")
 

@@ -91,7 +91,7 @@ def test_the_generated_backend_passes_the_contract_kit(work, pytester):
     # declares no resume).
     media = [n for n in dir(MediaChecks) if n.startswith("test_") and "declared" not in n]
     result.assert_outcomes(passed=len(kit_tests) - len(media) - 5, skipped=len(media) + 5,
-                           deselected=3)
+                           deselected=4)
     result.stdout.fnmatch_lines(["*'csv_monitor' is not provided by an installed*"])
 
 
@@ -170,10 +170,13 @@ def test_the_generated_backend_has_every_member_of_the_backend_protocol(work, mo
     members = {n for n, v in vars(Backend).items()
                if not n.startswith("_") and (inspect.isfunction(v) or isinstance(v, classmethod))}
     members |= set(Backend.__annotations__)
-    assert {"check_sdk", "tested_sdk", "monitor_write", "name"} <= members
+    assert {"check_sdk", "capabilities", "monitor_write"} <= members
+    assert callable(ShapeMonitor.check_options)  # optional, and the scaffold shows it
     missing = sorted(m for m in members if not hasattr(ShapeMonitor, m))
     assert not missing, f"the generated backend lacks {missing} of hookspecs.Backend"
-    assert ShapeMonitor.check_sdk() == [] and ShapeMonitor.tested_sdk is None
+    # The one declaration: a Capabilities in the class body.
+    assert isinstance(vars(ShapeMonitor)["capabilities"], Capabilities)
+    assert ShapeMonitor.check_sdk() == [] and ShapeMonitor.capabilities.tested_sdk is None
     for hook in set(HOOKS) & members:
         assert hookimpl_options(ShapeMonitor, hook) is not None, hook
     assert Capabilities.of(ShapeMonitor).name == "shape"

@@ -44,18 +44,33 @@ def test_monitors_new_csv_builds_installs_is_listed_and_passes_its_tests(
                     cwd=plugin)
     summary = done.stdout.strip().splitlines()[-1]
     kit_tests = [n for n in dir(MonitorContract) if n.startswith("test_")]
-    # Every kit test runs (the csv backend stores its config), plus its own three, except the
+    # Every kit test runs (the csv backend stores its config), plus its own four, except the
     # media checks that need a declared kind (the csv backend stores no media) and the
     # SDK-import check, which has no SDK to look for in a plugin that needs none, and the two
     # resume checks (the template declares no resume).
     media = [n for n in dir(MediaChecks) if n.startswith("test_") and "declared" not in n]
-    assert re.fullmatch(rf"{len(kit_tests) - len(media)} passed, {len(media) + 3} "
-                        r"skipped in [\d.]+s", summary), done.stdout
+    assert re.fullmatch(rf"{len(kit_tests) - len(media) + 1} passed, {len(media) + 3} "
+                        r"skipped in [\d.]+s( \(\d+:\d\d:\d\d\))?", summary), done.stdout
     assert "'csv_monitor' requires nothing besides core-monitor" in done.stdout
     written = sorted(p.relative_to(plugin).as_posix() for p in plugin.rglob("*") if p.is_file()
                      and "__pycache__" not in p.parts and ".pytest_cache" not in p.parts)
     assert written == ["README.md", "pyproject.toml", "src/csv_monitor/__init__.py",
                        "src/csv_monitor/py.typed", "tests/test_csv_monitor.py"]
+
+    # The contract reaches the generated plugin with no core change: the core checks its
+    # options' types (from the annotations) and values (its check_options) at Monitor(), in the
+    # training process, with writer processes.
+    code = ("import sys\nfrom core_monitor import ConfigError, Monitor\n"
+            "for options in ({'fsync': 'yes'}, {'buffering': 0}):\n"
+            "    try:\n"
+            "        Monitor(['csv'], project='p', log_dir=sys.argv[1], dispatch='process', "
+            "csv=options)\n"
+            "    except ConfigError as error:\n        print(error)\n")
+    done = venv.run(["python", "-c", code, str(tmp_path / "logs")], cwd=tmp_path)
+    assert ("csv: option fsync='yes' (a str) must be True or False; e.g. fsync=False"
+            in done.stdout), done.stdout
+    assert "csv: option buffering=0 must be -1 (the default)" in done.stdout
+    assert not (tmp_path / "logs").exists()
 
     venv.install("ruff")  # the generated code passes the ruff rules it ships with
     venv.run(["ruff", "check", "."], cwd=plugin)

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 from interpreter import imported, modules_after
-from trackers import FOUR, READERS
+from trackers import BACKENDS, READERS
 
+import csv_monitor
 import mlflow_monitor
 import tensorboard_monitor
 import trackio_monitor
@@ -37,8 +38,8 @@ import ctypes, json, os, signal, subprocess, sys
 from core_monitor import Monitor
 
 log_dir, death = sys.argv[1], sys.argv[2]
-monitor = Monitor(["trackio", "tensorboard", "wandb", "mlflow"], project="crash", name="job",
-                  log_dir=log_dir)
+monitor = Monitor(["trackio", "tensorboard", "wandb", "mlflow", "csv"], project="crash",
+                  name="job", log_dir=log_dir)
 listing = subprocess.run(["ps", "-A", "-o", "pid=,ppid=,args="], capture_output=True,
                          text=True, check=True).stdout
 writers = [int(line.split()[0]) for line in listing.splitlines()
@@ -93,7 +94,7 @@ def test_every_writer_writes_all_marks_the_crash_and_exits(tmp_path, death):
     line = next((line for line in text.splitlines() if line.startswith('{"writers"')), None)
     assert line is not None, text[-4000:]
     writers = json.loads(line)["writers"]
-    assert len(writers) == len(FOUR), text[-4000:]
+    assert len(writers) == len(BACKENDS), text[-4000:]
     left = wait_gone(writers, WRITERS_EXIT_SECONDS)
     assert not left, f"writer processes {left} still running {WRITERS_EXIT_SECONDS:g} s after"
 
@@ -113,6 +114,8 @@ def test_every_writer_writes_all_marks_the_crash_and_exits(tmp_path, death):
     texts = [(tag, step, value.text) for tag, step, value in tensorboard_monitor.read_media(run)]
     assert [(tag, step) for tag, step, _ in texts] == [(tensorboard_monitor.CRASH_TAG, STEPS - 1)]
     assert texts[0][2].startswith(reason)
+    status = csv_monitor.read_status(csv_monitor.run_dir(run))
+    assert status is not None and status.startswith(f"crashed: {reason}")
 
 
 def test_two_monitors_in_one_process_write_trackio_at_once(tmp_path):
@@ -136,7 +139,7 @@ def test_two_monitors_in_one_process_write_trackio_at_once(tmp_path):
 def test_the_training_process_imports_no_sdk(tmp_path):
     modules = modules_after(f"""
         from core_monitor import Monitor
-        monitor = Monitor({FOUR!r}, project="p", name="light", log_dir={str(tmp_path)!r})
+        monitor = Monitor({BACKENDS!r}, project="p", name="light", log_dir={str(tmp_path)!r})
         for step in range(10):
             monitor.log({{"loss": 1.0 / (step + 1)}}, step=step)
         monitor.flush()

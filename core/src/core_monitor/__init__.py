@@ -15,6 +15,7 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from .capabilities import Capabilities
     from .errors import (
         BackendError,
         BackendLoadError,
@@ -42,6 +43,7 @@ except PackageNotFoundError:  # running from a source tree that is not installed
 
 #: Public name -> the module defining it.
 _EXPORTS = {
+    "Capabilities": ".capabilities",
     "BackendError": ".errors",
     "BackendLoadError": ".errors",
     "BackendWarning": ".errors",
@@ -68,6 +70,7 @@ __all__ = [
     "BackendError",
     "BackendLoadError",
     "BackendWarning",
+    "Capabilities",
     "ConfigError",
     "ConfigWarning",
     "Event",

@@ -3,28 +3,30 @@
 A plugin that reaches into its SDK's private API fences that access in its ``_compat.py`` and
 declares, on its backend class, what it was tested with and what it relies on::
 
-    from core_monitor.compat import require_sdk
-
-    require_sdk("mysdk", "mysdk-monitor")  # in _compat.py: the plugin fails to load without it
-
     class MySdkMonitor:
         #: The SDK versions this plugin is tested with (a PEP 508 requirement). The
         #: distribution's install requirement names only the lowest (``mysdk>=1.2``).
-        tested_sdk = "mysdk>=1.2,<1.4"
+        capabilities: ClassVar[Capabilities] = Capabilities(tested_sdk="mysdk>=1.2,<1.4")
 
         @classmethod
         def check_sdk(cls) -> list[str]:
             import mysdk
             return [] if hasattr(mysdk.Run, "_flush") else ["no mysdk.Run._flush"]
 
-The core builds the errors and warnings from that (``ensure_sdk`` below, which a backend calls
-in its ``__init__`` and ``monitors list --check`` through ``discovery.check_backend``): a
-problem reported is a ``BackendLoadError`` naming the plugin, the SDK version and the tested
-range; an SDK outside the tested range that has every internal the plugin uses is one
-``SdkVersionWarning``, and the run goes on. This is how OpenTelemetry's instrumentations
-declare the library versions they instrument (``_instruments``) and check them at run time,
-rather than capping the install requirement: a new SDK release installs beside the plugin, and
-the check says whether it fits.
+The core runs the checks; a plugin calls none of them:
+
+* at ``Monitor()``, in the training process, from metadata alone (``check_installed``): the
+  distribution ``tested_sdk`` names is installed, else a ``BackendLoadError`` naming it and
+  ``pip install <it>``, before any backend starts and without importing the SDK;
+* before it first constructs the backend in a process (``dispatch.backends.start_backend``)
+  and in ``monitors list --check`` (``discovery.check_backend``): ``ensure_sdk``, which runs
+  ``check_sdk()`` once per process. A problem reported is a ``BackendLoadError`` naming the
+  plugin, the SDK version and the tested range; an SDK outside the tested range that has
+  every internal the plugin uses is one ``SdkVersionWarning``, and the run goes on.
+
+This is how OpenTelemetry's instrumentations declare the library versions they instrument
+(``_instruments``) and check them at run time, rather than capping the install requirement: a
+new SDK release installs beside the plugin, and the check says whether it fits.
 
 Nothing here imports an SDK; ``packaging`` is imported only when a tested range is compared.
 """
@@ -39,10 +41,12 @@ import warnings
 from collections.abc import Sequence
 from typing import NamedTuple
 
+from .capabilities import Capabilities, sdk_distribution
 from .discovery import GROUP, BackendInfo, backend_name
 from .errors import BackendLoadError, SdkVersionWarning
 
-__all__ = ["Plugin", "ensure_sdk", "packages_distributions", "require_sdk", "sdk_error"]
+__all__ = ["Plugin", "check_installed", "ensure_sdk", "packages_distributions", "require_sdk",
+           "sdk_error"]
 
 _lock = threading.Lock()
 #: backend class -> the error its check raised (``None``: it passed). One check per process.
@@ -51,6 +55,9 @@ _checked: dict[type, BackendLoadError | None] = {}
 
 def require_sdk(module: str, distribution: str) -> None:
     """Make the plugin fail to load when its SDK is not installed, without importing the SDK.
+
+    Not needed with ``Capabilities(tested_sdk=...)``: the core checks that distribution is
+    installed (``check_installed``). Kept for plugins that call it from their ``_compat.py``.
 
     Args:
         module: the SDK's top-level import name, e.g. ``"trackio"``.
@@ -142,8 +149,8 @@ def _tested(backend: type) -> tuple[str, str] | None:
     Raises:
         packaging.requirements.InvalidRequirement: ``tested_sdk`` is no PEP 508 requirement.
     """
-    tested = getattr(backend, "tested_sdk", None)
-    if not isinstance(tested, str) or not tested.strip():
+    tested = _tested_sdk(backend)
+    if tested is None or not tested.strip():
         return None
     from packaging.requirements import Requirement
 
@@ -205,6 +212,44 @@ def _outside_range(backend: type, plugin: Plugin) -> str | None:
             f"'{sdk}{specifier}'`, or upgrade {plugin.distribution}")
 
 
+def _tested_sdk(backend: type) -> str | None:
+    """``Capabilities.of(backend).tested_sdk``; ``None`` when the class declares a capability
+    wrongly (the contract kit names that; the SDK checks need only this field)."""
+    try:
+        return Capabilities.of(backend).tested_sdk
+    except TypeError:
+        return None
+
+
+def check_installed(backend: type, plugin: Plugin | None = None) -> None:
+    """Check, from metadata alone, that the SDK distribution ``backend`` declares
+    (``Capabilities.tested_sdk``) is installed; importing nothing.
+
+    Args:
+        backend: the backend class.
+        plugin: who the plugin is, when the caller knows (``Plugin.from_info``).
+
+    Raises:
+        BackendLoadError: the distribution is not installed; ``missing`` is its name and the
+            message says ``pip install <it>`` (its cause, a ``ModuleNotFoundError``, is kept
+            in ``cause``).
+    """
+    sdk = sdk_distribution(_tested_sdk(backend))
+    if sdk is None or _is_installed(sdk):
+        return
+    who = plugin or Plugin.of(backend)
+    raise BackendLoadError(*who, ModuleNotFoundError(
+        f"the SDK distribution {sdk!r} is not installed ({who.distribution} needs it)", name=sdk))
+
+
+def _is_installed(distribution: str) -> bool:
+    try:
+        importlib.metadata.distribution(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
 def ensure_sdk(backend: type | str, plugin: Plugin | None = None) -> type:
     """Check the SDK of ``backend`` once per process: its version, then its shape.
 
@@ -243,7 +288,7 @@ def ensure_sdk(backend: type | str, plugin: Plugin | None = None) -> type:
 
 def _run_check(cls: type, plugin: Plugin | None) -> BackendLoadError | None:
     check = getattr(cls, "check_sdk", None)
-    if not callable(check) and getattr(cls, "tested_sdk", None) is None:
+    if not callable(check) and _tested_sdk(cls) is None:
         return None
     who = plugin or Plugin.of(cls)
     try:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, TextIO, cast
 
 from . import discovery
+from .capabilities import Capabilities
 from .errors import ConfigError
 from .readers import Reader, check_config, check_media, check_rows, load_reader, same_value
 from .run import RunInfo
@@ -86,15 +87,12 @@ def _dtype(name: str) -> str:
         cls = discovery.load_backend(discovery.find_backend(name))
     except Exception:  # a reader without a loadable backend: compare exactly
         return "float64"
-    return getattr(cls, "value_dtype", "float64")
+    return Capabilities.of(cls).value_dtype
 
 
 def _media_kinds(name: str) -> frozenset[str]:
-    from .media import MEDIA_KINDS
-
     cls = discovery.load_backend(discovery.find_backend(name))
-    return frozenset(getattr(cls, "media_kinds", MEDIA_KINDS if hasattr(
-        cls, "monitor_write_media") else ()))
+    return Capabilities.of(cls).media_kinds
 
 
 def copy_run(

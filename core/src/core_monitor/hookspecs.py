@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import pluggy
 
+from .capabilities import CAPABILITY_VALUES as CAPABILITY_VALUES
+from .capabilities import Capabilities
 from .events import Event
-from .media import MEDIA_KINDS, MediaItem
+from .media import MediaItem
 
 if TYPE_CHECKING:
     from .run import RunInfo
@@ -54,7 +55,8 @@ def monitor_write_media(items: Sequence[MediaItem]) -> None:
     Each ``MediaItem`` carries ``tag``, ``step`` (final, as for ``monitor_write``),
     ``wall_time`` and a validated ``value`` (``core_monitor.media.Image``: a read-only ``uint8``
     array ``(H, W, C)``, ``C`` in 1/3/4; ``Histogram``: ``binned()`` gives ``(counts, edges)``;
-    ``Text``: ``text``). The core sends only the kinds the class declares in ``media_kinds``
+    ``Text``: ``text``). The core sends only the kinds the class declares in
+    ``capabilities.media_kinds``
     (``"image"``, ``"histogram"``, ``"text"``) and reports the others once per kind. Encode
     here (PNG, binning), not earlier: this hook runs where the backend's writes run, off the
     training thread when dispatch is in the background.
@@ -79,8 +81,8 @@ def monitor_config(config: Mapping[str, Any]) -> None:
 def monitor_flush() -> None:
     """Make everything written so far durable and readable by the backend's own reader.
 
-    A backend that cannot do this (its SDK has no flush) sets the class attribute
-    ``rows_readable_after = "close"`` and documents it.
+    A backend that cannot do this (its SDK has no flush) declares
+    ``Capabilities(rows_readable_after="close")`` and documents it.
     """
 
 
@@ -144,70 +146,9 @@ def hookimpl_options(backend: object, hook: str) -> pluggy.HookimplOpts | None:
 
 # The backend class as a whole: constructor, hooks and capabilities ------------------------------
 
-#: Accepted values of each capability attribute, the first one the default. The contract kit
-#: (``core_monitor.testing``) and ``monitors new`` read the capabilities through ``Capabilities``.
-CAPABILITY_VALUES: dict[str, tuple[Any, ...]] = {
-    "rows_readable_after": ("flush", "close"),
-    "value_dtype": ("float64", "float32"),
-    "stores_config": (False, True),
-}
-
-
-@dataclass(frozen=True)
-class Capabilities:
-    """What a backend class declares about its storage, read from its class attributes.
-
-    Attributes:
-        name: the backend name when the class is passed to ``Monitor`` directly (an installed
-            backend is known by its entry-point name); ``None`` when the class sets none.
-        rows_readable_after: ``"flush"`` when the backend's own reader sees every row after
-            ``monitor_flush`` while the run is open; ``"close"`` when only after
-            ``monitor_close`` (an SDK without a flush, like wandb's offline writer).
-        value_dtype: ``"float64"`` when values are stored exactly; ``"float32"`` when the
-            storage rounds them to single precision (TensorBoard event files).
-        stores_config: whether the backend stores ``RunInfo.config`` at start and merges what
-            ``monitor_config`` brings later, readable back by the plugin's ``read_config``.
-        media_kinds: the media kinds ``monitor_write_media`` stores, a subset of
-            ``{"image", "histogram", "text"}`` (``core_monitor.media.MEDIA_KINDS``); the core
-            sends the backend only these. Empty (the default): scalars only.
-    """
-
-    name: str | None = None
-    rows_readable_after: Literal["flush", "close"] = "flush"
-    value_dtype: Literal["float64", "float32"] = "float64"
-    stores_config: bool = False
-    media_kinds: frozenset[str] = frozenset()
-
-    @classmethod
-    def of(cls, backend_class: type) -> Capabilities:
-        """Read the capability attributes of ``backend_class``; a missing one is the default.
-
-        Raises:
-            TypeError: an attribute has a value outside ``CAPABILITY_VALUES`` (the message
-                names the class, the attribute, the value and the accepted values), or
-                ``name``/``media_kinds`` has the wrong type.
-        """
-        found: dict[str, Any] = {}
-        for attribute, accepted in CAPABILITY_VALUES.items():
-            value = getattr(backend_class, attribute, accepted[0])
-            if value not in accepted or type(value) is not type(accepted[0]):
-                raise TypeError(
-                    f"{backend_class.__qualname__}.{attribute} = {value!r} is not one of "
-                    f"{', '.join(map(repr, accepted))}; set the class attribute to one of them "
-                    "(see core_monitor.hookspecs.Capabilities)"
-                )
-            found[attribute] = value
-        name = getattr(backend_class, "name", None)
-        if name is not None and (not isinstance(name, str) or not name):
-            raise TypeError(f"{backend_class.__qualname__}.name = {name!r} must be a non-empty "
-                            "str (the backend name) or unset")
-        kinds: Any = getattr(backend_class, "media_kinds", frozenset())
-        if isinstance(kinds, str) or not all(isinstance(k, str) for k in kinds) or (
-            set(kinds) - MEDIA_KINDS
-        ):
-            raise TypeError(f"{backend_class.__qualname__}.media_kinds = {kinds!r} must be a "
-                            f"set of str out of {sorted(MEDIA_KINDS)}")
-        return cls(name=name, media_kinds=frozenset(kinds), **found)
+#: ``Capabilities`` (the one declaration of what a backend class stores and needs) lives in
+#: ``core_monitor.capabilities``, which imports no pluggy; it is re-exported here and from
+#: ``core_monitor``.
 
 
 class Backend(Protocol):
@@ -216,43 +157,56 @@ class Backend(Protocol):
 
     The core constructs the class registered under the ``experiment_monitors`` entry-point
     group once per run, on rank 0 (on every rank with ``Monitor(..., rank_zero_only=False)``),
-    as ``Backend(run, **options)``: ``options`` are the user's mapping for this backend,
-    checked against the keyword parameters of ``__init__`` before any backend starts. It then
-    calls the hooks (each marked with ``@hookimpl``) by keyword, never after
-    ``monitor_close``. Only ``monitor_write`` is needed for a working backend: the core skips a
-    hook a backend lacks (``monitor_config`` with one ``BackendWarning``) and runs a class
-    without ``check_sdk``/``tested_sdk``; this protocol is the complete shape, which
-    ``monitors new`` generates and a type checker checks (``_shape: type[Backend] =
+    as ``Backend(run, **options)``. Before that, in the training process at ``Monitor()``
+    (importing the plugin's module, not its SDK), it checks:
+
+    * the options: every key is a keyword parameter of ``__init__``, every value has the
+      type its annotation says (``core_monitor.options``: ``bool``, ``int``, ``float``,
+      ``str``, ``None``, ``Literal``, unions, ``Path``, ``Mapping``/``Sequence``), then the
+      optional ``check_options`` classmethod (below) checks what types cannot say;
+    * the SDK: the distribution ``capabilities.tested_sdk`` names is installed (from metadata).
+
+    Where it constructs the backend (the writer process by default) it runs ``check_sdk`` once
+    per process (``core_monitor.compat.ensure_sdk``), then ``cls(run, **options)``, then calls
+    the hooks (each marked with ``@hookimpl``) by keyword, never after ``monitor_close``. Only
+    ``monitor_write`` is needed for a working backend: the core skips a hook a backend lacks
+    (``monitor_config`` with one ``BackendWarning``) and runs a class without
+    ``capabilities``, ``check_options`` or ``check_sdk``; this protocol is the complete shape,
+    which ``monitors new`` generates and a type checker checks (``_shape: type[Backend] =
     MyMonitor`` in the generated module).
 
-    Class attributes (read through ``Capabilities.of``; each optional, default first):
-        name: the backend name when the class is passed to ``Monitor`` directly.
-        rows_readable_after: ``"flush"`` | ``"close"``.
-        value_dtype: ``"float64"`` | ``"float32"``.
-        stores_config: ``False`` | ``True``.
-        tested_sdk: the SDK versions the plugin was tested with, a PEP 508 requirement
-            (``"mysdk>=1.2,<1.4"``); ``None`` for a backend without an SDK. Outside that range
-            the core warns once (``SdkVersionWarning``) and the backend runs, unless
-            ``check_sdk`` reports a problem (``core_monitor.compat``).
+    Class attributes:
+        capabilities: everything the class declares about itself, at once
+            (``core_monitor.Capabilities``: ``name``, ``rows_readable_after``,
+            ``value_dtype``, ``stores_config``, ``media_kinds``, ``supports_resume``,
+            ``tested_sdk``), read by the core and the contract kit
+            through ``Capabilities.of``.
+
+    An optional classmethod ``check_options(options: Mapping[str, Any]) -> None`` checks what
+    the annotations cannot (ranges, formats, values that go together): ``options`` are the
+    user's options for this backend (only those given), their types already checked. The core
+    calls it in the training process at ``Monitor()``, before any backend is constructed and
+    without the SDK, so a wrong value fails at once on every rank; it raises
+    ``core_monitor.ConfigError`` naming the backend, the option, the value and the fix
+    (``"mysdk: retries=-1 must be >= 0, e.g. retries=3"``). Not a protocol member, so a class
+    without it still has the ``Backend`` shape.
 
     An optional classmethod ``from_deepspeed(section: Mapping[str, Any]) -> dict[str, Any]``
-    reads DeepSpeed's own config section for the tracker (``core_monitor.integrations.
-    deepspeed``); a backend without such a section has none.
+    reads DeepSpeed's own config section for the tracker (the section named like the backend;
+    ``core_monitor.integrations.deepspeed``); a backend without
+    such a section has none.
     """
 
-    name: ClassVar[str]
-    rows_readable_after: ClassVar[Literal["flush", "close"]]
-    value_dtype: ClassVar[Literal["float64", "float32"]]
-    stores_config: ClassVar[bool]
-    tested_sdk: ClassVar[str | None]
+    capabilities: ClassVar[Capabilities]
 
     def __init__(self, run: RunInfo, **options: Any) -> None:
         """Open the run's storage for ``run`` (project, name, config, log_dir, rank).
 
-        Call ``core_monitor.compat.ensure_sdk(type(self))`` first when the backend has an SDK.
-        Store ``run.config`` when ``stores_config``. On ``run.rank > 0`` write a run of its
-        own (e.g. named ``run.ranked_name``, ``<name>-rank<rank>``), never into rank 0's. Raise
-        ``core_monitor.ConfigError`` naming an option whose value is wrong.
+        The options arrive checked (types and ``check_options``) and the SDK checked
+        (``check_sdk``). Store ``run.config`` when ``capabilities.stores_config``. On
+        ``run.rank > 0`` write a run of its own (e.g. named ``run.ranked_name``,
+        ``<name>-rank<rank>``), never into rank 0's. Raise ``core_monitor.ConfigError`` for
+        what only the SDK can refuse (naming the option, the value and the fix).
         """
 
     @classmethod
@@ -260,9 +214,10 @@ class Backend(Protocol):
         """Import the SDK and return what it lacks of what the backend relies on, one short
         phrase each (``["no mysdk.Run._flush"]``); ``[]`` when nothing (or no SDK).
 
-        Run once per process by ``core_monitor.compat.ensure_sdk`` (the backend's ``__init__``)
-        and by ``monitors list --check``: a problem becomes a ``BackendLoadError`` naming the
-        plugin's distribution, the SDK version and ``tested_sdk``.
+        Run by the core once per process before the backend is first constructed
+        (``core_monitor.compat.ensure_sdk``) and by ``monitors list --check``: a problem
+        becomes a ``BackendLoadError`` naming the plugin's distribution, the SDK version and
+        ``capabilities.tested_sdk``. A backend never calls it itself.
 
         Raises:
             ImportError: the SDK is not installed (the core reports it as a
@@ -283,15 +238,10 @@ class Backend(Protocol):
 
 
 class MediaBackend(Backend, Protocol):
-    """A ``Backend`` that stores media: it declares the kinds and has the media hook.
-
-    Class attributes:
-        media_kinds: the kinds ``monitor_write_media`` stores, a non-empty subset of
-            ``{"image", "histogram", "text"}`` (``core_monitor.media.MEDIA_KINDS`` is all
-            three). A backend without it (``Backend``) gets scalars only.
-    """
-
-    media_kinds: ClassVar[frozenset[str]]
+    """A ``Backend`` that stores media: its ``capabilities.media_kinds`` names the kinds (a
+    non-empty subset of ``{"image", "histogram", "text"}``, ``core_monitor.media.MEDIA_KINDS``
+    is all three) and it has the media hook. A backend without them (``Backend``) gets
+    scalars only."""
 
     def monitor_write_media(self, items: Sequence[MediaItem]) -> None:
         """See the ``monitor_write_media`` hook specification above."""

@@ -20,6 +20,7 @@ from types import MappingProxyType
 from typing import Any, TypeVar
 
 from . import discovery, shutdown
+from .compat import Plugin, check_installed
 from .dispatch import (
     DEFAULT_QUEUE_SIZE,
     BackendSpec,
@@ -159,14 +160,19 @@ class Monitor:
 
     def _start(self, backends: list[str | type], backend_options: Mapping[str, Any],
                write: bool) -> None:
-        """Select, load and check every backend (each name and option before any import),
-        then start them when this rank ``write``s. A failure closes what started."""
+        """Select, load and check every backend (each name and option before any import; then,
+        importing each plugin's module but no SDK, its SDK's distribution is installed and its
+        options have the types and values it takes), then start them when this rank
+        ``write``s, wherever the dispatch constructs them (``dispatch.backends.start_backend``
+        runs the plugin's ``check_sdk`` there first). A failure closes what started."""
         found = discovery.select(backends, strict=self.strict)  # before any import
         check_backend_keys(backend_options, backends)
         classes = {
             k: v if isinstance(v, type) else discovery.load_backend(v) for k, v in found.items()
         }
         for backend_name, cls in classes.items():
+            info = found[backend_name]
+            check_installed(cls, None if isinstance(info, type) else Plugin.from_info(info))
             check_options(backend_name, cls, backend_options.get(backend_name) or {})
         if not write:
             return

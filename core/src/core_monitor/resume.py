@@ -14,9 +14,9 @@ mode reaches every backend as ``RunInfo.resume``:
 
 The backend protocol (what a plugin implements to resume; the first-party ones do):
 
-* class attribute ``supports_resume = True``. With ``"allow"``, a backend without it starts a
-  new run (one ``ConfigWarning`` names it); with ``"must"`` it is named in the
-  ``NoRunToResume`` before any backend is constructed.
+* ``Capabilities(supports_resume=True)`` (the class's ``capabilities``). With ``"allow"``, a
+  backend without it starts a new run (one ``ConfigWarning`` names it); with ``"must"`` it is
+  named in the ``NoRunToResume`` before any backend is constructed.
 * in ``__init__``, read ``run.resume``; after construction set the instance attribute
   ``last_step: int | None``: the largest step already stored in the run it continued, ``None``
   when it started a new run. ``resumed: bool`` may be set as well, for a run that exists but
@@ -37,6 +37,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ._stack import caller_level
+from .capabilities import Capabilities
 from .errors import ConfigError, ConfigWarning
 from .run import RunInfo
 
@@ -88,7 +89,7 @@ def check_classes(run: RunInfo, classes: Mapping[str, type]) -> None:
     if run.resume == "never":
         return
     lacking = [name for name, cls in classes.items()
-               if not getattr(cls, "supports_resume", False)]
+               if not Capabilities.of(cls).supports_resume]
     if not lacking:
         return
     if run.resume == "must":

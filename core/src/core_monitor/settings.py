@@ -20,11 +20,13 @@ import re
 import sys
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from . import discovery
 from ._suggest import closest
 from .errors import ConfigError, UnknownBackendError
+from .options import check_option_types
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -137,12 +139,16 @@ def check_backend_keys(
 
 def check_options(name: str, cls: type, options: Mapping[str, Any]) -> None:
     """Check ``options`` against the keyword parameters of ``cls.__init__`` (after ``run``),
-    without constructing it (so without importing an SDK).
+    without constructing it (so without importing an SDK): the names, the types their
+    annotations say (``core_monitor.options.check_option_types``), then the class's own
+    ``check_options(options)`` classmethod, if it has one, for what types cannot say.
 
     Raises:
-        ConfigError: ``options`` is not a mapping, or names an option the class does not take;
-            the message names the backend, the option, the closest accepted one
-            (``_suggest.closest``) and every accepted one.
+        ConfigError: ``options`` is not a mapping, or names an option the class does not take
+            (the message names the backend, the option, the closest accepted one,
+            ``_suggest.closest``, and every accepted one), or a value has the wrong type (the
+            message names the backend, the option, the value and what it must be), or
+            the class's ``check_options`` refused a value.
     """
     if not isinstance(options, Mapping):
         raise ConfigError(f"options of backend {name!r} must be a mapping, not "
@@ -150,15 +156,18 @@ def check_options(name: str, cls: type, options: Mapping[str, Any]) -> None:
     import inspect  # here, not at the top: `monitors list` never needs it (a third slower)
 
     params = list(inspect.signature(cls).parameters.values())[1:]  # after `run`
-    if any(p.kind is p.VAR_KEYWORD for p in params):
-        return
     accepted = [p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    for option in options:
-        if option not in accepted:
-            suggestion = closest(option, accepted)
-            hint = f"did you mean {suggestion!r}? " if suggestion else ""
-            raise ConfigError(f"backend {name!r} has no option {option!r}; {hint}accepted "
-                              f"options: {', '.join(accepted) or 'none'}")
+    if not any(p.kind is p.VAR_KEYWORD for p in params):
+        for option in options:
+            if option not in accepted:
+                suggestion = closest(option, accepted)
+                hint = f"did you mean {suggestion!r}? " if suggestion else ""
+                raise ConfigError(f"backend {name!r} has no option {option!r}; {hint}accepted "
+                                  f"options: {', '.join(accepted) or 'none'}")
+    check_option_types(name, cls, options)
+    values = getattr(cls, "check_options", None)
+    if callable(values):
+        values(MappingProxyType(dict(options)))
 
 
 class BackendSections(NamedTuple):

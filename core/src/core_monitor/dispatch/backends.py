@@ -15,6 +15,7 @@ from typing import Any
 import pluggy
 
 from .. import hookspecs
+from ..compat import ensure_sdk
 from ..run import RunInfo
 
 #: ``hookimpl`` options the core cannot honour, since it calls each backend's function itself.
@@ -51,15 +52,20 @@ def new_manager() -> pluggy.PluginManager:
 
 def start_backend(manager: pluggy.PluginManager, name: str, cls: type, run: RunInfo,
                   options: Mapping[str, Any]) -> Backend:
-    """Construct ``cls(run, **options)`` and validate its hooks.
+    """Check the SDK of ``cls`` (``core_monitor.compat.ensure_sdk``: its ``check_sdk()``, once
+    per process), construct ``cls(run, **options)`` and validate its hooks. The one place the
+    core constructs a backend, whichever process it runs in.
 
     Raises:
-        Exception: what the constructor raised (``ConfigError`` for a bad option value,
-            ``BackendLoadError`` for a missing or unsupported SDK), or
+        BackendLoadError: the SDK is missing, or ``check_sdk()`` reported a problem (nothing
+            was constructed).
+        Exception: what the constructor raised (``ConfigError`` for a value only the SDK
+            refuses, ``NoRunToResume``), or
             ``pluggy.PluginValidationError`` for a misspelt hook name, a wrong hook signature
             or a hook option the core cannot honour (``UNSUPPORTED_HOOK_OPTIONS``). The
             instance is unregistered again.
     """
+    ensure_sdk(cls)
     instance = cls(run, **options)
     try:
         # pluggy checks the hook signatures; check_pending catches a misspelt hook name.

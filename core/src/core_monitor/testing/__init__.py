@@ -11,7 +11,7 @@ storage back::
         backend_class = my_monitor.MyMonitor   # the class your entry point names
         read_rows = staticmethod(my_monitor.read_rows)      # RunInfo -> [(tag: str, step: int,
                                                             # value: float)], from YOUR storage
-        read_config = staticmethod(my_monitor.read_config)  # only with stores_config = True;
+        read_config = staticmethod(my_monitor.read_config)  # only with stores_config=True;
                                                             # else the config checks are skipped
         read_media = staticmethod(my_monitor.read_media)    # only with media_kinds declared
         backend_options = {"flush_secs": 1}                 # optional: the backend's options
@@ -20,9 +20,11 @@ Each may instead be a pytest fixture of the same name, for a value that depends 
 fixture (a reader bound to a test server's address). The kit builds a real ``Monitor`` around
 the class with ``log_dir=tmp_path / "logs"`` and checks what ``read_rows`` returns after
 ``flush()``, or after ``close()`` for a backend whose class says
-``rows_readable_after = "close"``. The capability attributes the kit reads are declared once, in
-``core_monitor.hookspecs.Capabilities`` (``rows_readable_after``, ``value_dtype``,
-``stores_config``, ``media_kinds``). Every failure says what was expected and what was stored,
+``rows_readable_after="close"``. What the kit reads of the class is its one declaration,
+``capabilities = core_monitor.Capabilities(...)`` (``rows_readable_after``, ``value_dtype``,
+``stores_config``, ``media_kinds``, ``supports_resume``), the same the core reads; it also
+checks that the core can read the types of the options (the annotations of ``__init__``) and
+refuses an ill-typed one. Every failure says what was expected and what was stored,
 at which tag and step, and which hook or capability to look at. ``monitors new NAME`` writes a
 plugin whose tests run this kit.
 

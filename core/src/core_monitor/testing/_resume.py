@@ -7,6 +7,7 @@ import uuid
 
 import pytest
 
+from ..capabilities import Capabilities
 from ..monitor import Monitor
 from ..readers import check_config, check_media, check_rows, installed_readers, load_reader
 from ..resume import NoRunToResume
@@ -43,8 +44,8 @@ class ResumeChecks:
     def test_resume_must_without_an_earlier_run_raises_and_writes_nothing(
         self, backend_class, make_monitor, read_rows, tmp_path
     ):
-        if not getattr(backend_class, "supports_resume", False):
-            pytest.skip("the backend declares no supports_resume = True")
+        if not Capabilities.of(backend_class).supports_resume:
+            pytest.skip("the backend declares no supports_resume=True in its capabilities")
         name = f"absent-{uuid.uuid4().hex[:8]}"
         with pytest.raises(NoRunToResume):
             make_monitor(name=name, resume="must")
@@ -57,8 +58,8 @@ class ResumeChecks:
     def test_resume_allow_continues_the_run_and_reports_its_last_step(
         self, backend_class, make_monitor, read_rows
     ):
-        if not getattr(backend_class, "supports_resume", False):
-            pytest.skip("the backend declares no supports_resume = True")
+        if not Capabilities.of(backend_class).supports_resume:
+            pytest.skip("the backend declares no supports_resume=True in its capabilities")
         first = make_monitor(name="continued")
         for step in range(3):
             first.log({"loss": float(step)}, step=step)

@@ -12,9 +12,10 @@ from typing import Any
 
 import pytest
 
-from ..errors import BackendWarning
+from ..errors import BackendWarning, ConfigError
 from ..hookspecs import HOOKS, hookimpl, hookimpl_options
 from ..monitor import Monitor
+from ..options import option_types, unresolved_options
 from ..run import RunInfo
 from ._imports import CORE_DISTRIBUTION, requirement_modules
 from ._messages import config_matches, short, stored_as
@@ -296,6 +297,30 @@ class RunChecks:
         monitor.log_config(late)
         assert dict(monitor.run.config) == {"lr": 0.002, "epochs": 3, "batch_size": 32}
         self.assert_config(stored_config(monitor), monitor.run.config, late=late)
+
+    def test_option_annotations_resolve(self, backend_class):
+        """The core checks each option's type from the annotation of ``__init__`` before the
+        backend is constructed (``core_monitor.options``); an annotation naming a type imported
+        only under ``TYPE_CHECKING`` cannot be evaluated, so that option would go unchecked."""
+        unresolved = unresolved_options(backend_class)
+        assert not unresolved, (
+            f"{backend_class.__qualname__}.__init__ has option annotations the core cannot "
+            f"evaluate: {unresolved}; import the types they name at module level")
+
+    def test_an_ill_typed_option_is_refused_naming_it(self, backend_class, make_monitor):
+        """A value of the wrong type for a ``bool`` option (``quiet="yes"``) is a
+        ``ConfigError`` from the core naming the backend, the option and the value, raised at
+        ``Monitor()`` before the backend is constructed."""
+        flags = [option for option, (hint, _) in option_types(backend_class).items()
+                 if hint is bool]
+        if not flags:
+            pytest.skip("the backend has no option annotated bool")
+        name = Monitor.backend_name(backend_class)
+        with pytest.raises(ConfigError) as raised:
+            make_monitor(**{name: {flags[0]: "yes"}})
+        message = str(raised.value)
+        for part in (name, flags[0], "'yes'"):
+            assert part in message, f"the ConfigError does not name {part!r}: {message}"
 
     def test_importing_the_backend_module_imports_no_sdk(self, backend_class):
         """A rank that writes nothing imports the backend's module (the core checks options

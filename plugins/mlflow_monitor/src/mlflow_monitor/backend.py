@@ -18,9 +18,9 @@ import threading
 import time
 import warnings
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from core_monitor import BackendWarning, ConfigError, Event, RunInfo, hookimpl
+from core_monitor import BackendWarning, Capabilities, Event, RunInfo, hookimpl
 from core_monitor.resume import NoRunToResume
 
 from . import _compat, output
@@ -126,21 +126,18 @@ class MlflowMonitor:
             (the core reports it and carries on without this backend).
     """
 
-    #: Backend name used when the class is passed to ``Monitor`` directly.
-    name: ClassVar[str] = "mlflow"
-    #: ``Monitor.flush()`` sends every buffered row synchronously.
-    rows_readable_after: ClassVar[Literal["flush", "close"]] = "flush"
-    #: MLflow metric values are float64.
-    value_dtype: ClassVar[Literal["float64", "float32"]] = "float64"
-    #: The config is stored as MLflow params (``read_config`` reads it back).
-    stores_config: ClassVar[bool] = True
-    #: ``monitor_write_media`` stores images and text as run artifacts (``media``); MLflow has
-    #: no histogram, so the core skips histograms for this backend.
-    media_kinds: ClassVar[frozenset[str]] = MEDIA_KINDS
-    #: ``run.resume`` reopens the run of that name in the experiment (see "Resume" above).
-    supports_resume: ClassVar[bool] = True
-    #: The MLflow versions this plugin is tested with; outside them the core warns once.
-    tested_sdk: ClassVar[str | None] = _compat.TESTED
+    #: What this backend stores and needs, read by the core and the contract kit.
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        name="mlflow",
+        rows_readable_after="flush",  # Monitor.flush() sends every buffered row synchronously
+        value_dtype="float64",  # MLflow metric values are float64
+        stores_config=True,  # the config as MLflow params (``read_config`` reads it back)
+        # images and text as run artifacts (``media``); MLflow has no histogram, so the core
+        # skips histograms for this backend.
+        media_kinds=MEDIA_KINDS,
+        supports_resume=True,  # run.resume reopens the run of that name ("Resume" above)
+        tested_sdk=_compat.TESTED,  # outside this range the core warns once
+    )
 
     def __init__(
         self,
@@ -158,8 +155,6 @@ class MlflowMonitor:
     ) -> None:
         check_options(tracking_uri, experiment, tags, run_id, request_timeout, max_retries,
                       batch_size, flush_secs)
-        if not isinstance(quiet, bool):
-            raise ConfigError(f"mlflow: option quiet={quiet!r} must be True or False")
         self.quiet = quiet
         mlflow = _compat.check()
         from mlflow.entities import Metric, Param, RunTag

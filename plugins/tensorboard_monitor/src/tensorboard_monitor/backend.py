@@ -7,9 +7,9 @@ import os
 import time
 import warnings
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from core_monitor import ConfigError, Event, RunInfo, hookimpl
+from core_monitor import Capabilities, ConfigError, Event, RunInfo, hookimpl
 from core_monitor.events import rows_by_step
 from core_monitor.media import MEDIA_KINDS, MediaItem
 from core_monitor.resume import NoRunToResume
@@ -79,21 +79,16 @@ class TensorBoardMonitor:
         BackendLoadError: the installed TensorBoard changed shape (see ``check_sdk``).
     """
 
-    #: Backend name used when the class is passed to ``Monitor`` directly.
-    name: ClassVar[str] = "tensorboard"
-    #: ``EventAccumulator`` sees every event after ``monitor_flush``.
-    rows_readable_after: ClassVar[Literal["flush", "close"]] = "flush"
-    #: ``Summary.Value.simple_value`` is a float32.
-    value_dtype: ClassVar[Literal["float64", "float32"]] = "float32"
-    #: ``monitor_config`` merges late config into the run's HParams (see above).
-    stores_config: ClassVar[bool] = True
-    #: ``monitor_write_media`` stores images, histograms and text (see ``media``).
-    media_kinds: ClassVar[frozenset[str]] = MEDIA_KINDS
-    #: ``run.resume`` continues the run's folder (see "Resume" above).
-    supports_resume: ClassVar[bool] = True
-
-    #: The TensorBoard versions this plugin is tested with; outside them the core warns once.
-    tested_sdk: ClassVar[str | None] = _compat.TESTED
+    #: What this backend stores and needs, read by the core and the contract kit.
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        name="tensorboard",
+        rows_readable_after="flush",  # EventAccumulator sees every event after monitor_flush
+        value_dtype="float32",  # Summary.Value.simple_value is a float32
+        stores_config=True,  # monitor_config merges late config into the run's HParams
+        media_kinds=MEDIA_KINDS,  # images, histograms and text (see ``media``)
+        supports_resume=True,  # run.resume continues the run's folder ("Resume" above)
+        tested_sdk=_compat.TESTED,  # outside this range the core warns once
+    )
 
     @classmethod
     def from_deepspeed(cls, section: Mapping[str, Any]) -> dict[str, Any]:
@@ -135,8 +130,6 @@ class TensorBoardMonitor:
         quiet: bool = True,
     ) -> None:
         _check_options(flush_secs, max_queue, filename_suffix, hparams)
-        if not isinstance(quiet, bool):
-            raise ConfigError(f"tensorboard: option quiet={quiet!r} must be True or False")
         folder = (event_folder(run_dir, rank=run.rank) if run_dir is not None
                   else _run_dir(run.project, run.name, run.log_dir, rank=run.rank))
         sdk = _compat.sdk()

@@ -7,15 +7,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from core_monitor import ConfigError, Event, RunInfo, hookimpl
-from core_monitor.compat import ensure_sdk, sdk_error
+from core_monitor import Capabilities, ConfigError, Event, RunInfo, hookimpl
+from core_monitor.compat import sdk_error
 from core_monitor.events import rows_by_step
 from core_monitor.media import MEDIA_KINDS
 from core_monitor.resume import NoRunToResume
 
 from . import _compat, folder, media
+from . import options as _options
 from ._compat import RESERVED_TAGS
-from .options import check_options
 from .reader import count_rows, earlier_run
 from .start import start_local
 from .storage import CRASH_ALERT_TITLE, RENAME_PREFIX, trackio_config
@@ -66,21 +66,22 @@ class TrackioMonitor:
             ``check_sdk``).
     """
 
-    #: Backend name when the class is passed to ``Monitor`` directly.
-    name: ClassVar[str] = "trackio"
-    #: ``monitor_flush`` writes Trackio's queue to SQLite, so rows are readable after a flush.
-    rows_readable_after: ClassVar[Literal["flush", "close"]] = "flush"
-    #: Trackio stores values as JSON numbers: float64, exactly.
-    value_dtype: ClassVar[Literal["float64", "float32"]] = "float64"
-    #: ``monitor_config`` merges late config into Trackio's run config.
-    stores_config: ClassVar[bool] = True
-    #: ``monitor_write_media`` stores each kind as Trackio's own media type (see ``media``).
-    media_kinds: ClassVar[frozenset[str]] = MEDIA_KINDS
-    #: ``run.resume`` (or the ``resume`` option) continues the run of that name.
-    supports_resume: ClassVar[bool] = True
+    #: What this backend stores and needs, read by the core and the contract kit.
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        name="trackio",
+        rows_readable_after="flush",  # monitor_flush writes Trackio's queue to SQLite
+        value_dtype="float64",  # values are JSON numbers, stored exactly
+        stores_config=True,  # monitor_config merges late config into the run's config
+        media_kinds=MEDIA_KINDS,  # each kind as Trackio's own media type (see ``media``)
+        supports_resume=True,  # run.resume (or the resume option) continues the named run
+        tested_sdk=_compat.TESTED,  # outside this range the core warns once
+    )
 
-    #: The Trackio versions this plugin is tested with; outside them the core warns once.
-    tested_sdk: ClassVar[str | None] = _compat.TESTED
+    @classmethod
+    def check_options(cls, options: Mapping[str, Any]) -> None:
+        """What the annotations cannot say (blank names, ``server_url``'s scheme); run by the
+        core before Trackio is imported (see ``options.check_options``)."""
+        _options.check_options(options)
 
     @classmethod
     def check_sdk(cls) -> list[str]:
@@ -97,7 +98,7 @@ class TrackioMonitor:
         run: RunInfo,
         *,
         group: str | None = None,
-        resume: str | None = None,
+        resume: Literal["never", "allow", "must"] | None = None,
         space_id: str | None = None,
         server_url: str | None = None,
         private: bool | None = None,
@@ -105,11 +106,7 @@ class TrackioMonitor:
         auto_log_cpu: bool | None = False,
         quiet: bool = True,
     ) -> None:
-        if resume is None:
-            resume = run.resume
-        check_options(group, resume, space_id, server_url, private, auto_log_gpu,
-                      auto_log_cpu, quiet)
-        ensure_sdk(TrackioMonitor)
+        mode: str = run.resume if resume is None else resume
         try:
             _compat.sqlite_storage().validate_project_name(run.project)
         except ValueError as error:
@@ -126,10 +123,10 @@ class TrackioMonitor:
         try:
             #: The run id and largest step of the run ``resume`` continues, if any.
             earlier, self.last_step = None, None
-            if resume != "never" and not self._remote:
+            if mode != "never" and not self._remote:
                 db = self._dir / _compat.sqlite_storage().get_project_db_filename(run.project)
                 earlier, self.last_step = earlier_run(db, name)
-                if earlier is None and resume == "must":
+                if earlier is None and mode == "must":
                     raise NoRunToResume(f"trackio: no run named {name!r} in {str(db)!r}")
             if not self._remote:  # Trackio itself would accept every row and store none
                 folder.check_writable(self._dir, run.log_dir)
@@ -137,12 +134,12 @@ class TrackioMonitor:
                 if self._remote:
                     self._run: Any = _compat.init_remote(
                         project=run.project, name=name, group=group, space_id=space_id,
-                        server_url=server_url, config=config, resume=resume, private=private,
+                        server_url=server_url, config=config, resume=mode, private=private,
                         embed=False, auto_log_gpu=auto_log_gpu, auto_log_cpu=auto_log_cpu,
                     )
                 else:
                     self._run = start_local(
-                        run.project, name, config, group=group, resume=resume,
+                        run.project, name, config, group=group, resume=mode,
                         auto_log_gpu=auto_log_gpu, auto_log_cpu=auto_log_cpu,
                     )
             #: Whether an earlier run was continued (``last_step``: its largest step).

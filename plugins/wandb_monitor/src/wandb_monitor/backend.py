@@ -6,10 +6,9 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from core_monitor import ConfigError, Event, RunInfo, hookimpl
-from core_monitor.compat import ensure_sdk
+from core_monitor import Capabilities, ConfigError, Event, RunInfo, hookimpl
 from core_monitor.events import rows_by_step
 from core_monitor.media import MEDIA_KINDS
 from core_monitor.resume import NoRunToResume
@@ -88,22 +87,18 @@ class WandbMonitor:
         BackendLoadError: the installed wandb changed shape (see ``check_sdk``).
     """
 
-    #: Backend name used when the class is passed to ``Monitor`` directly.
-    name: ClassVar[str] = "wandb"
-    #: wandb has no public flush and writes the ``.wandb`` file in 32 KiB blocks: rows are
-    #: complete on disk only once ``monitor_close`` returns.
-    rows_readable_after: ClassVar[Literal["flush", "close"]] = "close"
-    #: History values are JSON numbers (float64).
-    value_dtype: ClassVar[Literal["float64", "float32"]] = "float64"
-    #: ``monitor_config`` merges late config into ``run.config``.
-    stores_config: ClassVar[bool] = True
-    #: ``monitor_write_media`` stores images, histograms and text (see ``media``).
-    media_kinds: ClassVar[frozenset[str]] = MEDIA_KINDS
-    #: ``run.resume`` continues the run of that project and name (see "Resume" above).
-    supports_resume: ClassVar[bool] = True
-
-    #: The wandb versions this plugin is tested with; outside them the core warns once.
-    tested_sdk: ClassVar[str | None] = _compat.TESTED
+    #: What this backend stores and needs, read by the core and the contract kit.
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        name="wandb",
+        # wandb has no public flush and writes the ``.wandb`` file in 32 KiB blocks: rows are
+        # complete on disk only once ``monitor_close`` returns.
+        rows_readable_after="close",
+        value_dtype="float64",  # history values are JSON numbers
+        stores_config=True,  # monitor_config merges late config into ``run.config``
+        media_kinds=MEDIA_KINDS,  # images, histograms and text (see ``media``)
+        supports_resume=True,  # run.resume continues the run of that project and name
+        tested_sdk=_compat.TESTED,  # outside this range the core warns once
+    )
 
     @classmethod
     def from_deepspeed(cls, section: Mapping[str, Any]) -> dict[str, Any]:
@@ -141,9 +136,6 @@ class WandbMonitor:
         quiet: bool = True,
     ) -> None:
         _check_options(mode, entity, group, job_type, tags, notes, step_metric)
-        if not isinstance(quiet, bool):
-            raise ConfigError(f"wandb: option quiet={quiet!r} must be True or False")
-        ensure_sdk(WandbMonitor)
         init: dict[str, Any] = {
             "project": run.project,
             "name": run.ranked_name,

@@ -1,0 +1,207 @@
+"""``Capabilities``: what a backend class declares about itself, in one class attribute.
+
+A backend declares every capability at once::
+
+    class MyMonitor:
+        capabilities: ClassVar[Capabilities] = Capabilities(
+            name="my", stores_config=True, supports_resume=True, tested_sdk="mysdk>=1.2,<1.4",
+        )
+
+and the core (media routing, resume, ``monitors copy``, the SDK checks) and the contract kit
+(``core_monitor.testing``) read it through ``Capabilities.of(cls)``. A class written before
+this declaration (one class attribute per capability: ``stores_config = True``,
+``media_kinds = ...``) keeps working: ``Capabilities.of`` reads those attributes instead.
+
+Every field is also set on the class under its own name when the class is created
+(``MyMonitor.stores_config``), so that code reading the attributes of a class directly (the
+writer process's media routing) finds what the declaration says; a subclass may still
+override one capability the old way (``media_kinds = frozenset()`` in its body), and
+``Capabilities.of`` honours that.
+
+Nothing here imports pluggy or an SDK: ``monitors list`` and the metadata checks read it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .media import MEDIA_KINDS
+
+__all__ = ["CAPABILITY_VALUES", "Capabilities", "sdk_distribution"]
+
+#: Accepted values of each capability with a closed set of values, the first one the default.
+CAPABILITY_VALUES: dict[str, tuple[Any, ...]] = {
+    "rows_readable_after": ("flush", "close"),
+    "value_dtype": ("float64", "float32"),
+    "stores_config": (False, True),
+    "supports_resume": (False, True),
+}
+
+#: A PEP 508 requirement's distribution name (what ``tested_sdk`` starts with).
+_REQUIREMENT_NAME = re.compile(r"\s*([A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)")
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend class declares about its storage and its SDK.
+
+    Construct it with keywords in the class body (``capabilities: ClassVar[Capabilities] =
+    Capabilities(name="csv", stores_config=True)``); every field is optional.
+
+    Attributes:
+        name: the backend name when the class is passed to ``Monitor`` directly (an installed
+            backend is known by its entry-point name); ``None``: the class's ``__name__``.
+        rows_readable_after: ``"flush"`` when the backend's own reader sees every row after
+            ``monitor_flush`` while the run is open; ``"close"`` when only after
+            ``monitor_close`` (an SDK without a flush, like wandb's offline writer).
+        value_dtype: ``"float64"`` when values are stored exactly; ``"float32"`` when the
+            storage rounds them to single precision (TensorBoard event files).
+        stores_config: whether the backend stores ``RunInfo.config`` at start and merges what
+            ``monitor_config`` brings later, readable back by the plugin's ``read_config``.
+        media_kinds: the media kinds ``monitor_write_media`` stores, a subset of
+            ``{"image", "histogram", "text"}`` (``core_monitor.media.MEDIA_KINDS``); the core
+            sends the backend only these and reports the others once per kind. Empty (the
+            default): scalars only. Any iterable of ``str`` is accepted; it is kept as a
+            ``frozenset``.
+        supports_resume: whether ``run.resume`` (``"allow"``/``"must"``) continues an earlier
+            run (``core_monitor.resume`` says what the backend then does).
+        tested_sdk: the SDK versions the plugin is tested with, a PEP 508 requirement
+            (``"mysdk>=1.2,<1.4"``); ``None`` for a backend without an SDK. Before the backend is
+            constructed the core checks, from metadata alone, that the distribution it names is
+            installed (else ``BackendLoadError`` naming it and ``pip install``); outside the
+            range it warns once (``SdkVersionWarning``) unless ``check_sdk`` reports a problem
+            (``core_monitor.compat``).
+
+    Raises:
+        TypeError: (construction) a field has a value outside ``CAPABILITY_VALUES``, ``name``
+            is not a non-empty ``str``, ``media_kinds`` names an
+            unknown kind, or ``tested_sdk`` names no distribution. The message names the field,
+            the value and the accepted values.
+    """
+
+    name: str | None = None
+    rows_readable_after: Literal["flush", "close"] = "flush"
+    value_dtype: Literal["float64", "float32"] = "float64"
+    stores_config: bool = False
+    media_kinds: frozenset[str] = field(default_factory=frozenset)
+    supports_resume: bool = False
+    tested_sdk: str | None = None
+
+    def __post_init__(self) -> None:
+        kinds = _checked_fields(self, "Capabilities(", "=", ")")
+        object.__setattr__(self, "media_kinds", kinds)
+
+    def __set_name__(self, owner: type, attribute: str) -> None:
+        """Mirror every field onto ``owner`` under its own name (``owner.stores_config``)."""
+        if attribute != "capabilities":
+            return
+        both = sorted(f for f in _FIELDS if f in vars(owner))
+        if both:
+            raise TypeError(f"{owner.__qualname__} declares {', '.join(both)} both as a class "
+                            "attribute and in its capabilities; declare each capability once, "
+                            "in capabilities = Capabilities(...)")
+        for name in _FIELDS:
+            setattr(owner, name, getattr(self, name))
+
+    @classmethod
+    def of(cls, backend_class: type) -> Capabilities:
+        """The capabilities of ``backend_class``: its ``capabilities`` attribute (with any
+        capability a subclass overrides as a class attribute), or, for a class without one,
+        its per-capability class attributes (a missing one is the default).
+
+        Raises:
+            TypeError: ``capabilities`` is not a ``Capabilities``, or a class attribute has a
+                value outside the accepted ones (the message names the class, the attribute,
+                the value and the accepted values; see the class's ``Raises``).
+        """
+        overrides: dict[str, Any] = {}
+        declared: Any = None
+        for klass in backend_class.__mro__:
+            if "capabilities" in vars(klass):
+                declared = vars(klass)["capabilities"]
+                break
+            for name in _FIELDS:
+                if name in vars(klass) and name not in overrides:
+                    overrides[name] = vars(klass)[name]
+        if declared is None:  # a class from before the one declaration: its attributes
+            found = {name: getattr(backend_class, name) for name in _FIELDS
+                     if hasattr(backend_class, name)}
+            return _build(backend_class, found)
+        if not isinstance(declared, Capabilities):
+            raise TypeError(f"{backend_class.__qualname__}.capabilities = {declared!r:.80} must "
+                            "be a core_monitor.Capabilities(...)")
+        if not overrides:
+            return declared
+        return _build(backend_class, {**dataclasses.asdict(declared), **overrides})
+
+    @property
+    def sdk(self) -> str | None:
+        """The SDK distribution ``tested_sdk`` names (``"trackio"``), or ``None``."""
+        return sdk_distribution(self.tested_sdk)
+
+
+#: The field names, in declaration order.
+_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Capabilities))
+
+
+def sdk_distribution(requirement: str | None) -> str | None:
+    """The distribution name a PEP 508 requirement starts with (``"mysdk>=1.2"`` ->
+    ``"mysdk"``), read without ``packaging``; ``None`` for ``None`` or a blank string."""
+    if requirement is None or not requirement.strip():
+        return None
+    found = _REQUIREMENT_NAME.match(requirement)
+    return found.group(1) if found else None
+
+
+def _build(backend_class: type, found: dict[str, Any]) -> Capabilities:
+    """``Capabilities(**found)``, with messages naming ``backend_class``'s attributes."""
+    probe = Capabilities.__new__(Capabilities)
+    for name in _FIELDS:
+        object.__setattr__(probe, name, found.get(name, _DEFAULTS[name]))
+    kinds = _checked_fields(probe, f"{backend_class.__qualname__}.", " = ", "")
+    return dataclasses.replace(probe, media_kinds=kinds)
+
+
+def _checked_fields(caps: Capabilities, before: str, equals: str,
+                    after: str) -> frozenset[str]:
+    """Check every field of ``caps``; return ``media_kinds`` as a frozenset.
+
+    ``before``/``equals``/``after`` frame a field in a message: ``Capabilities(field=value)``
+    or ``MyMonitor.field = value`` (a class attribute)."""
+    for attribute, accepted in CAPABILITY_VALUES.items():
+        value = getattr(caps, attribute)
+        if value not in accepted or type(value) is not type(accepted[0]):
+            raise TypeError(
+                f"{before}{attribute}{equals}{value!r}{after} is not one of "
+                f"{', '.join(map(repr, accepted))}; set it to one of them "
+                "(see core_monitor.Capabilities)"
+            )
+    if caps.name is not None and (not isinstance(caps.name, str) or not caps.name):
+        raise TypeError(f"{before}name{equals}{caps.name!r}{after} must be a non-empty str "
+                        "(the backend name) or unset")
+    tested = caps.tested_sdk
+    if tested is not None and (not isinstance(tested, str) or sdk_distribution(tested) is None):
+        raise TypeError(f"{before}tested_sdk{equals}{tested!r}{after} must be a PEP 508 "
+                        "requirement such as 'mysdk>=1.2,<1.4', or None for no SDK")
+    kinds: Any = caps.media_kinds
+    if isinstance(kinds, str) or not _is_iterable(kinds) or not all(
+        isinstance(k, str) for k in kinds
+    ) or (set(kinds) - MEDIA_KINDS):
+        raise TypeError(f"{before}media_kinds{equals}{kinds!r}{after} must be a set of str out of "
+                        f"{sorted(MEDIA_KINDS)}")
+    return frozenset(kinds)
+
+
+def _is_iterable(value: Any) -> bool:
+    try:
+        iter(value)
+    except TypeError:
+        return False
+    return True
+
+
+#: Each field's default, as an unset class attribute reads.
+_DEFAULTS: dict[str, Any] = {name: getattr(Capabilities(), name) for name in _FIELDS}

@@ -1,0 +1,161 @@
+"""``CsvMonitor``: scalars as CSV files, in Lightning's ``CSVLogger`` or DeepSpeed's layout."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+from core_monitor import Capabilities, ConfigError, Event, RunInfo, hookimpl
+from core_monitor.events import rows_by_step
+from core_monitor.resume import NoRunToResume
+
+from . import deepspeed_files, lightning_table
+from .reader import layout_of, read_config, read_rows_in
+from .storage import read_status, run_dir, write_status
+
+if TYPE_CHECKING:
+    from core_monitor.hookspecs import Backend
+
+
+class CsvMonitor:
+    """Write a run's scalars and config as CSV files under ``<log_dir>/<project>/<run name>``.
+
+    Constructed by the core as ``CsvMonitor(run, **options)``; users select it as
+    ``Monitor(["csv"], ..., csv={"layout": "deepspeed"})``. No SDK: the standard library's
+    ``csv`` (and PyYAML for Lightning's ``hparams.yaml``).
+
+    Args:
+        run: the run (project, name, config, ``log_dir``, rank).
+        layout: ``"lightning"`` (default): Lightning's ``CSVLogger`` files, ``metrics.csv``
+            (a ``step`` column and one column per tag, a row per step; read with one
+            ``pandas.read_csv``) and ``hparams.yaml``. ``"deepspeed"``: DeepSpeed's
+            ``csv_monitor`` files, one ``<tag>.csv`` per tag and ``deepspeed_config.csv``.
+        fsync: ``True`` (default): ``monitor_flush`` also ``os.fsync``s every file, so what
+            was flushed survives a machine crash; ``False`` leaves it to the OS.
+
+    Every run also has ``status``: ``running`` from the start, ``finished`` after
+    ``monitor_close``, ``crashed: <reason>`` when the training process died without closing
+    (``monitor_crash``). Media are not stored: the core skips them for this backend and says
+    so once per kind. Resume (``run.resume``): ``"allow"``/``"must"`` append to the run's
+    files; ``last_step`` is the largest step they held.
+
+    Raises:
+        NoRunToResume: ``resume="must"`` and the run's folder has no run (nothing created).
+        ConfigError: the run's folder holds the other layout's files, or a run while
+            ``resume="never"`` (nothing already stored is ever deleted).
+        OSError: the run's folder cannot be created or written.
+    """
+
+    #: What this backend stores and needs, read by the core and the contract kit.
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        name="csv",
+        rows_readable_after="flush",  # monitor_flush writes (and fsyncs) every buffered row
+        value_dtype="float64",  # a float is written as its repr, which round-trips
+        stores_config=True,  # hparams.yaml / deepspeed_config.csv, merged on monitor_config
+        supports_resume=True,  # run.resume appends to the run's files
+        tested_sdk=None,  # no SDK
+    )
+
+    @classmethod
+    def check_sdk(cls) -> list[str]:
+        """No SDK: nothing can be missing (run by the core and ``monitors list --check``)."""
+        return []
+
+    def __init__(self, run: RunInfo, *, layout: Literal["lightning", "deepspeed"] = "lightning",
+                 fsync: bool = True) -> None:
+        self._folder = run_dir(run)
+        self._layout = layout
+        self._config = dict(run.config)
+        found, last = (False, None) if run.resume == "never" else _earlier(self._folder, layout)
+        if not found and run.resume == "must":
+            raise NoRunToResume(f"csv: no {layout} run in {str(self._folder)!r}")
+        #: Whether an earlier run was continued; the largest step it held (``None``: none).
+        self.resumed, self.last_step = found, last
+        if not self.resumed and read_status(self._folder) is not None:
+            raise ConfigError(f"csv: a run is already in {str(self._folder)!r} (resume="
+                              f"{run.resume!r}); pass resume='allow' to append to it, or give "
+                              "another run name (Lightning's CSVLogger would delete it)")
+        self._folder.mkdir(parents=True, exist_ok=True)
+        self._table: lightning_table.LightningTable | None = None
+        self._files: deepspeed_files.PerTagFiles | None = None
+        if layout == "lightning":
+            self._table = lightning_table.LightningTable(self._folder, fsync=fsync)
+        else:
+            self._files = deepspeed_files.PerTagFiles(self._folder, fsync=fsync)
+        if self.resumed:
+            self._config = {**read_config(run), **self._config}
+        self._write_config()
+        write_status(self._folder, "running")
+        self._closed = self._crashed = False
+
+    @hookimpl
+    def monitor_write(self, events: Sequence[Event]) -> None:
+        """Lightning layout: one row per step (buffered until ``monitor_flush``); DeepSpeed
+        layout: one ``step,value`` row per event in its tag's file."""
+        if self._table is not None:
+            for step, _, row in rows_by_step(events):
+                self._table.add(step, row)
+        elif self._files is not None:
+            self._files.write(events)
+
+    @hookimpl
+    def monitor_config(self, config: Mapping[str, Any]) -> None:
+        """Merge late config; a key given again takes the new value."""
+        self._config.update(config)
+        self._write_config()
+
+    @hookimpl
+    def monitor_flush(self) -> None:
+        """Write every buffered row and (with ``fsync``) make it durable."""
+        if self._table is not None:
+            self._table.save()
+        elif self._files is not None:
+            self._files.save()
+
+    @hookimpl
+    def monitor_crash(self, reason: str) -> None:
+        """Mark the run ``crashed: <reason>`` in its ``status`` file (rows are flushed)."""
+        write_status(self._folder, f"crashed: {reason}")
+        self._crashed = True  # close keeps the mark
+
+    @hookimpl
+    def monitor_close(self) -> None:
+        """Write what is buffered, close the files, mark the run ``finished`` (unless it
+        crashed). A second call does nothing."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._table is not None:
+            self._table.save()
+        elif self._files is not None:
+            self._files.close()
+        if not self._crashed:
+            write_status(self._folder, "finished")
+
+    def _write_config(self) -> None:
+        if self._layout == "lightning":
+            lightning_table.write_hparams(self._folder, self._config)
+        else:
+            deepspeed_files.write_config(self._folder, self._config)
+
+
+def _earlier(folder: Path, layout: str) -> tuple[bool, int | None]:
+    """Whether ``folder`` holds a run in ``layout`` (its ``status`` file), and its largest
+    step (``None``: no rows).
+
+    Raises:
+        ConfigError: the folder holds the other layout's table.
+    """
+    found = layout_of(folder)
+    if found is not None and found != layout:
+        raise ConfigError(f"csv: {str(folder)!r} holds a run in the {found} layout; pass "
+                          f"layout={found!r} or another run name")
+    if read_status(folder) is None:
+        return False, None
+
+    return True, max((step for _, step, _ in read_rows_in(folder)), default=None)
+
+
+if TYPE_CHECKING:  # a type checker proves the class has the shape core-monitor expects
+    _shape: type[Backend] = CsvMonitor
