@@ -600,7 +600,7 @@ loss: Any
 hparams: dict[str, Any]
 args: Any
 ds: Any
-CsvMonitor: Any
+ExampleMonitor: Any
 read_rows: Any
 read_config: Any
 read_media: Any
@@ -674,11 +674,11 @@ def typecheck(session: nox.Session) -> None:
                  if (path / "__init__.py").exists())]
     tmp = Path(session.create_tmp())
     examples = readme_examples(tmp / "examples")
-    scaffold = tmp / "scaffold" / "csv-monitor"
+    scaffold = tmp / "scaffold" / "example-monitor"
     if scaffold.exists():
         shutil.rmtree(scaffold)
     scaffold.parent.mkdir(parents=True, exist_ok=True)
-    session.run("monitors", "new", "csv", "--dir", str(scaffold), silent=True)
+    session.run("monitors", "new", "example", "--dir", str(scaffold), silent=True)
     failed = []
     for what, command in (
         ("the core and the plugins", ["--cache-dir", str(tmp / "mypy-cache"), *sources]),

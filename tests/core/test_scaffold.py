@@ -27,8 +27,8 @@ from core_monitor.testing._media import MediaChecks
 
 #: Five files: one module holding the backend and its reader, one test file.
 FILES = {
-    "README.md", "pyproject.toml", "src/csv_monitor/__init__.py", "src/csv_monitor/py.typed",
-    "tests/test_csv_monitor.py",
+    "README.md", "pyproject.toml", "src/example_monitor/__init__.py",
+    "src/example_monitor/py.typed", "tests/test_example_monitor.py",
 }
 
 
@@ -45,24 +45,25 @@ def files_under(folder: Path) -> set[str]:
 
 
 def test_new_writes_a_distribution_with_the_entry_point_and_the_kit(work, capsys):
-    target = work / "csv-monitor"
-    assert cli.main(["new", "csv", "--dir", str(target)]) == 0
+    target = work / "example-monitor"
+    assert cli.main(["new", "example", "--dir", str(target)]) == 0
     assert files_under(target) == FILES
-    assert os.listdir(work) == ["csv-monitor"]  # no staging folder left behind
+    assert os.listdir(work) == ["example-monitor"]  # no staging folder left behind
 
     project = tomllib.loads((target / "pyproject.toml").read_text())["project"]
-    assert project["name"] == "csv-monitor"
-    assert project["entry-points"]["experiment_monitors"] == {"csv": "csv_monitor:CsvMonitor"}
+    assert project["name"] == "example-monitor"
+    assert project["entry-points"]["experiment_monitors"] == {
+        "example": "example_monitor:ExampleMonitor"}
     assert [d.split(">=")[0] for d in project["dependencies"]] == ["core-monitor"]
     assert project["optional-dependencies"]["test"] == ["core-monitor[testing]"]
 
     out = capsys.readouterr().out
     assert f"pip install '{target}[test]' && pytest {target}" in out
-    module = (target / "src" / "csv_monitor" / "__init__.py").read_text()
-    assert "class CsvMonitor:" in module and "def read_rows(run: RunInfo)" in module
-    tests = (target / "tests" / "test_csv_monitor.py").read_text()
-    assert "class TestCsvMonitorContract(MonitorContract):" in tests
-    assert "    backend_class = CsvMonitor\n" in tests  # the kit's class attributes
+    module = (target / "src" / "example_monitor" / "__init__.py").read_text()
+    assert "class ExampleMonitor:" in module and "def read_rows(run: RunInfo)" in module
+    tests = (target / "tests" / "test_example_monitor.py").read_text()
+    assert "class TestExampleMonitorContract(MonitorContract):" in tests
+    assert "    backend_class = ExampleMonitor\n" in tests  # the kit's class attributes
 
 
 def test_new_defaults_to_name_monitor_in_the_current_folder(work, monkeypatch):
@@ -79,20 +80,20 @@ def test_the_generated_backend_passes_the_contract_kit(work, pytester):
     """The kit as generated, against the generated package from its source folder (so the one
     kit test that needs an installed distribution, the SDK-import check, skips; the venv test
     in tests/integration runs it installed)."""
-    target = create_plugin("csv", work / "csv-monitor")
+    target = create_plugin("example", work / "example-monitor")
     result = pytester.runpytest_subprocess(
-        str(target / "tests"), "-q", "-k", "TestCsvMonitorContract", "-p", "no:cacheprovider",
+        str(target / "tests"), "-q", "-k", "TestExampleMonitorContract", "-p", "no:cacheprovider",
         "-o", f"pythonpath={target / 'src'}",
     )
     kit_tests = [n for n in dir(MonitorContract) if n.startswith("test_")]
-    # Skipped: the media checks that need a declared kind (the csv backend stores no media),
+    # Skipped: the media checks that need a declared kind (the example backend stores no media),
     # the import check, the declared-reader check and the writer-process check, which need the
     # plugin installed (it runs from source here), and the two resume checks (the template
     # declares no resume).
     media = [n for n in dir(MediaChecks) if n.startswith("test_") and "declared" not in n]
     result.assert_outcomes(passed=len(kit_tests) - len(media) - 5, skipped=len(media) + 5,
                            deselected=4)
-    result.stdout.fnmatch_lines(["*'csv_monitor' is not provided by an installed*"])
+    result.stdout.fnmatch_lines(["*'example_monitor' is not provided by an installed*"])
 
 
 @pytest.mark.parametrize(("name", "says"), [
@@ -114,18 +115,18 @@ def test_a_bad_name_is_refused_and_nothing_is_written(work, capsys, name, says):
 
 
 def test_an_existing_folder_is_refused_and_left_as_it_was(work, capsys):
-    target = work / "csv-monitor"
+    target = work / "example-monitor"
     target.mkdir()
     (target / "notes.txt").write_text("mine")
-    assert cli.main(["new", "csv", "--dir", str(target)]) == 2
+    assert cli.main(["new", "example", "--dir", str(target)]) == 2
     assert "already exists; nothing was written" in capsys.readouterr().err
     assert files_under(target) == {"notes.txt"}
-    assert os.listdir(work) == ["csv-monitor"]
+    assert os.listdir(work) == ["example-monitor"]
 
 
 def test_a_missing_parent_folder_is_refused(work):
     with pytest.raises(ScaffoldError, match=r"parent folder .* does not exist"):
-        create_plugin("csv", work / "missing" / "csv-monitor")
+        create_plugin("example", work / "missing" / "example-monitor")
     assert os.listdir(work) == []
 
 
@@ -138,7 +139,7 @@ def test_a_failure_while_writing_leaves_nothing_behind(work, monkeypatch):
     original = scaffold.render
     monkeypatch.setattr(scaffold, "render", render_with_a_clash)
     with pytest.raises(OSError):
-        create_plugin("csv", work / "csv-monitor")
+        create_plugin("example", work / "example-monitor")
     assert os.listdir(work) == []
 
 

@@ -141,7 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
         "py.typed, a README and a test file running core-monitor's contract kit. It builds "
         "into a wheel and passes the kit as written.",
     )
-    new.add_argument("name", help="the backend name users will select, e.g. csv")
+    new.add_argument("name", help="the backend name users will select, e.g. my-tracker")
     new.add_argument("--dir", help="the folder to create (default: ./<name>-monitor)")
     new.set_defaults(handler=cmd_new)
     copy = commands.add_parser(
