@@ -119,3 +119,30 @@ def test_trainer_sweep_keeps_one_finished_run_and_one_set_of_writers(log_dir, tm
         del callback, trainer
         check_after_trial(monitors, trial)
     check_every_run(monitors, expected, TRAINER_TRIALS)
+
+
+def test_a_collected_deepspeed_monitor_is_closed_when_the_next_engine_attaches(tmp_path):
+    """A sweep of DeepSpeed engines: ``attach`` needs only ``engine.monitor`` and the config,
+    so a plain object stands in for the engine (a real one is ``test_deepspeed.py``'s, in a
+    process of its own); the first engine's run is closed when the second attaches."""
+    from types import SimpleNamespace
+
+    from core_monitor.integrations.deepspeed import attach
+
+    def config(job: str) -> dict:
+        return {"tensorboard": {"enabled": True, "output_path": str(tmp_path), "job_name": job},
+                "experiment_monitors": {"dispatch": "process"}}
+
+    engine = SimpleNamespace(monitor=None)
+    first = attach(engine, config=config("a")).monitor
+    first.write_events([("Train/Samples/loss", 1.0, 8)])
+    del engine
+    gc.collect()
+    assert not first.closed  # the collector closes nothing by itself
+    second = attach(SimpleNamespace(monitor=None), config=config("b")).monitor
+    assert first.closed and not second.closed
+    assert writer_processes() == 1
+    second.close()
+    from tensorboard_monitor import read_rows
+
+    assert read_rows(first.run, run_dir=tmp_path / "a") == [("Train/Samples/loss", 8, 1.0)]
