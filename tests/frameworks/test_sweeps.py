@@ -146,3 +146,25 @@ def test_a_collected_deepspeed_monitor_is_closed_when_the_next_engine_attaches(t
     from tensorboard_monitor import read_rows
 
     assert read_rows(first.run, run_dir=tmp_path / "a") == [("Train/Samples/loss", 8, 1.0)]
+
+
+def test_a_collected_accelerate_tracker_is_closed_when_the_next_run_starts(log_dir):
+    """accelerate: a trial's ``Accelerator`` dropped without ``end_training()``."""
+    from accelerate import Accelerator
+
+    from core_monitor.integrations.accelerate import MonitorTracker
+
+    monitors = []
+    for trial in range(2):
+        tracker = MonitorTracker(["tensorboard"], run_name=f"trial-{trial}", dispatch="process")
+        accelerator = Accelerator(log_with=tracker, project_dir=str(log_dir))
+        accelerator.init_trackers("sweep")
+        accelerator.log({"loss": float(trial)}, step=0)
+        monitors.append(tracker.monitor)
+        del accelerator, tracker
+        gc.collect()
+    assert monitors[0].closed and not monitors[1].closed
+    assert writer_processes() == 1
+    monitors[1].close()
+    for trial, monitor in enumerate(monitors):
+        readback.assert_rows("tensorboard", monitor.run, [("loss", 0, float(trial))])
