@@ -15,13 +15,14 @@ import os
 from argparse import Namespace
 
 import numpy as np
+import pytest
 import readback
 import torch
 from lightning.pytorch import Trainer
 from lightning.pytorch.demos.boring_classes import BoringModel
 from lightning.pytorch.loggers import TensorBoardLogger
 
-from core_monitor import RunInfo
+from core_monitor import ConfigError, RunInfo
 from core_monitor.integrations.lightning import MonitorLogger
 from tensorboard_monitor import read_config, read_rows, run_dir
 
@@ -149,6 +150,10 @@ def test_save_dir_is_log_dir(tmp_path, log_dir):
     assert MonitorLogger(["tensorboard"], save_dir=log_dir).save_dir == str(log_dir)
     assert MonitorLogger(["tensorboard"], log_dir=log_dir).save_dir == str(log_dir)
     assert MonitorLogger(["tensorboard"]).save_dir is None  # no Trainer running
+    with pytest.raises(ConfigError, match=r"save_dir=.* and log_dir=.*give one of them"):
+        MonitorLogger(["tensorboard"], save_dir=log_dir, log_dir=tmp_path)
+    with pytest.raises(ConfigError, match="default_hp_metric='no' must be True or False"):
+        MonitorLogger(["tensorboard"], default_hp_metric="no")
     logger = MonitorLogger(["tensorboard"], project="p", name="n", save_dir=log_dir)
     logger.log_metrics({"x": 1.0}, step=0)
     logger.close()
