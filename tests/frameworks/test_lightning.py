@@ -71,7 +71,8 @@ def test_name_version_and_namespace_hyperparameters(log_dir):
     logger.log_metrics({"loss": 0.5, "epoch": 0}, step=7)
     logger.finalize("success")
     assert dict(logger.monitor.run.config) == {"lr": 0.1, "layers": [4, 4]}
-    readback.assert_rows("tensorboard", logger.monitor.run, [("loss", 7, 0.5), ("epoch", 7, 0.0)])
+    readback.assert_rows("tensorboard", logger.monitor.run, [  # hp_metric: default_hp_metric
+        ("hp_metric", 0, -1.0), ("loss", 7, 0.5), ("epoch", 7, 0.0)])
 
 
 def test_logging_after_finalize_goes_on_in_the_run_and_after_close_starts_a_second(log_dir):
@@ -103,7 +104,8 @@ def test_two_loggers_with_default_names_are_two_runs_with_two_checkpoint_folders
                             enable_progress_bar=False, enable_model_summary=False)
         trainer.fit(TinyRegressor(), data(16, 1))
         logger.close()
-    folders = sorted(p.parent.parent.name for p in (tmp_path / "root").rglob("*.ckpt"))
+    # beside the TensorBoard run, in save_dir (log_dir), as with TensorBoardLogger
+    folders = sorted(p.parent.parent.name for p in log_dir.rglob("*.ckpt"))
     assert folders == sorted(logger.version for logger in loggers)
     for logger in loggers:
         assert [t for t, _, _ in readback.rows("tensorboard", logger.monitor.run)

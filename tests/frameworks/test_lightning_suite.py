@@ -187,7 +187,9 @@ def test_logger_initialization(log_dir, tmp_path):
     run = readback.RunInfo("suite", "spawn", log_dir=log_dir)
     for backend in BACKENDS:
         assert readback.runs(backend, run) == 1, backend
-        readback.assert_rows(backend, run, [("x", 0, 1.0)])  # rank 0's only
+        # rank 0's only; hp_metric (default_hp_metric, as TensorBoardLogger) took step 0 of
+        # the run, so x, logged without a step, is at the next one
+        readback.assert_rows(backend, run, [("hp_metric", 0, -1.0), ("x", 1, 1.0)])
         readback.assert_config(backend, run, {"batch": 8, "note": "main process"})
 
 
@@ -250,8 +252,9 @@ def test_custom_logger(log_dir, tmp_path):
                                                                       ("train_loss", 1)]
     assert logger.after_save_checkpoint_called
     assert logger.finalized_status == "success"
-    # the checkpoint is in this run's own folder: <default_root_dir>/<project>/<run name>/
-    assert list((tmp_path / "suite" / "custom" / "checkpoints").glob("*.ckpt"))
+    # the checkpoint is in this run's own folder: <save_dir>/<project>/<run name>/, beside the
+    # TensorBoard run, as with TensorBoardLogger (save_dir is the logger's log_dir)
+    assert list((log_dir / "suite" / "custom" / "checkpoints").glob("*.ckpt"))
 
 
 def test_multiple_loggers(log_dir, tmp_path):

@@ -4,9 +4,19 @@ A framework runs several stages with one logger (Lightning's ``fit`` then ``test
 Trainer's ``train()`` then ``evaluate()``), and its built-in loggers write them all into one
 run. So the end of a stage only flushes (``LazyRun.pause``: everything logged is readable); the
 run stays open for the next stage and is closed by ``close()``, at interpreter exit, or when
-another integration object in this process starts a run while this one waits between stages
-(as ``wandb.init()`` finishes the previous run), so a sweep loop keeps at most one finished
-trial's run open.
+another integration object in this process starts a run (as ``wandb.init()`` finishes the
+previous run) while this one is "finished":
+
+* it waits between stages (``LazyRun.pause``: Lightning's ``finalize``, the Trainer's
+  ``on_train_end``), or
+* the object owning it was garbage-collected with its run open (a sweep that drops each
+  trial's logger or callback without ``close()``; DeepSpeed's ``DeepSpeedMonitor`` likewise).
+
+So a sweep loop that makes a new logger per trial keeps at most one finished trial's run (and
+its writer processes) open, whether or not the old logger was collected yet. A collected
+object's run is not closed by the garbage collector itself: closing waits for the backends
+(writer processes, a wandb run to finish), which must not happen at whatever point of the
+program, on whatever thread, the collector runs; it is closed at the next start or at exit.
 """
 
 from __future__ import annotations
@@ -26,8 +36,41 @@ from ..run import default_run_name
 #: Every ``LazyRun`` of this process by token: a copy made by pickling in this process (the
 #: Trainer pickled with its logger) shares the original's run instead of starting another.
 _live: weakref.WeakValueDictionary[str, LazyRun] = weakref.WeakValueDictionary()
-#: Runs whose stage ended (``pause``): closed when another ``LazyRun`` starts a run.
-_waiting: weakref.WeakSet[LazyRun] = weakref.WeakSet()
+#: Open monitors of finished runs (see the module docstring) by ``id``: closed when any
+#: ``LazyRun`` starts a run (``close_finished``).
+_finished: dict[int, Monitor] = {}
+
+
+class _Slot:
+    """The ``Monitor`` of one owner, where a finalizer of the owner can find it."""
+
+    __slots__ = ("monitor",)
+
+    def __init__(self) -> None:
+        self.monitor: Monitor | None = None
+
+
+def _collected(slot: _Slot) -> None:
+    """The owner of ``slot`` was garbage-collected: its open run is finished. Only recorded
+    here (any thread, any point of the program); closed by ``close_finished``."""
+    monitor = slot.monitor
+    if monitor is not None and not monitor.closed:
+        _finished[id(monitor)] = monitor
+
+
+def close_when_collected(owner: object, monitor: Monitor) -> None:
+    """Make ``monitor`` a finished run once ``owner`` is garbage-collected (see the module
+    docstring): for an integration object that holds a ``Monitor`` without a ``LazyRun``."""
+    slot = _Slot()
+    slot.monitor = monitor
+    weakref.finalize(owner, _collected, slot).atexit = False
+
+
+def close_finished() -> None:
+    """Close every finished run (waiting between stages, or its owner collected)."""
+    while _finished:
+        _, monitor = _finished.popitem()
+        monitor.close()
 
 
 class LazyRun:
@@ -51,6 +94,8 @@ class LazyRun:
         **monitor_kwargs: other ``Monitor`` keyword arguments.
     """
 
+    _slot: _Slot
+
     def __init__(self, backends: Sequence[str | type] | str | None, *, project: str,
                  name: str | None, source: str, **monitor_kwargs: Any) -> None:
         self.backends = backends
@@ -61,10 +106,19 @@ class LazyRun:
         self.count = 0
         #: Hyperparameters given so far (sanitised), the config of any run started later.
         self.config: dict[str, Any] = dict(sanitize_config(monitor_kwargs.pop("config", None)))
-        self._monitor: Monitor | None = None
         self._same_name = False  # restored in another process: its first run keeps the name
         self._token = uuid.uuid4().hex
         _live[self._token] = self
+        _watch(self)
+
+    @property
+    def _monitor(self) -> Monitor | None:
+        return self._slot.monitor
+
+    def _unfinish(self) -> None:
+        """This run is in use again: not a finished run."""
+        if self._slot.monitor is not None:
+            _finished.pop(id(self._slot.monitor), None)
 
     @property
     def name(self) -> str:
@@ -93,7 +147,7 @@ class LazyRun:
                 after a close, so one training job stays one run in every tracker, also
                 across processes when the run has a fixed name.
         """
-        _waiting.discard(self)
+        self._unfinish()
         if self._monitor is not None and not self._monitor.closed:
             return self._monitor
         if self._same_name:
@@ -106,14 +160,14 @@ class LazyRun:
                 f"starts a new run {self.name!r} in project {self.project!r} (backends cannot "
                 "reopen a finished run)", UserWarning, stacklevel=3,
             )
-        for other in list(_waiting):
-            other.close()
+        close_finished()
         kwargs = dict(self.monitor_kwargs)
         if resume:
             kwargs.setdefault("resume", "allow")
-        self._monitor = Monitor(self.backends, project=self.project, name=self.name,
-                                config=self.config, **kwargs)
-        return self._monitor
+        monitor = Monitor(self.backends, project=self.project, name=self.name,
+                          config=self.config, **kwargs)
+        self._slot.monitor = monitor
+        return monitor
 
     def log_config(self, config: Any) -> None:
         """Add hyperparameters: to the open run, else kept for the run that starts next.
@@ -144,16 +198,16 @@ class LazyRun:
         monitor = self.started
         if monitor is not None:
             monitor.flush()
-            _waiting.add(self)
+            _finished[id(monitor)] = monitor
 
     def close(self) -> None:
         """Close the open run, if any."""
-        _waiting.discard(self)
+        self._unfinish()
         if self._monitor is not None:
             self._monitor.close()
 
     def __reduce__(self) -> tuple[Any, ...]:
-        state = {k: v for k, v in self.__dict__.items() if k not in ("_monitor", "_same_name")}
+        state = {k: v for k, v in self.__dict__.items() if k not in ("_slot", "_same_name")}
         state["_started"] = self._monitor is not None
         return _restore, (self._token, os.getpid(), state)
 
@@ -167,7 +221,14 @@ def _restore(token: str, pid: int, state: Mapping[str, Any]) -> LazyRun:
     state = dict(state)
     started = state.pop("_started")
     run.__dict__.update(state)
-    run._monitor = None
     run._same_name = started and run.count >= 1
     _live[token] = run
+    _watch(run)
     return run
+
+
+def _watch(run: LazyRun) -> None:
+    """Give ``run`` the slot of its ``Monitor`` and the finalizer that makes its open run a
+    finished one when ``run`` (its logger, callback or tracker) is collected."""
+    run._slot = _Slot()
+    weakref.finalize(run, _collected, run._slot).atexit = False

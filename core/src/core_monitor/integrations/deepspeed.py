@@ -57,6 +57,7 @@ from ._deepspeed_config import (
     taken_over,
     without_taken_over,
 )
+from ._runs import close_finished, close_when_collected
 
 __all__ = ["SECTION", "DeepSpeedMonitor", "attach", "initialize", "monitor_arguments",
            "monitor_from_ds_config"]
@@ -117,7 +118,9 @@ class DeepSpeedMonitor(_DeepSpeedMonitorBase):
             self.deepspeed_monitor.write_events(events)
 
     def close(self) -> None:
-        """Flush and close the ``Monitor`` (it is also closed at exit)."""
+        """Flush and close the ``Monitor``. Also closed at exit, or, once this object is
+        garbage-collected (its engine dropped), when the next ``attach``/``initialize`` or
+        another integration starts a run (see ``core_monitor.integrations._runs``)."""
         if self.monitor is not None:
             self.monitor.close()
 
@@ -155,6 +158,7 @@ def attach(engine: Any, config: Mapping[str, Any] | str | os.PathLike[str] | Non
     # DeepSpeed's own writers go first, so that e.g. its wandb run is finished before the
     # wandb backend starts the run of this project.
     _close_taken_over(getattr(engine, "monitor", None), taken_over(arguments))
+    close_finished()  # an earlier engine's run whose DeepSpeedMonitor was collected
     monitor = monitor_from_ds_config(config, **overrides)
     # csv_monitor/comet stay with the engine's own MonitorMaster, minus the writers taken over.
     own = getattr(engine, "monitor", None)
@@ -162,6 +166,8 @@ def attach(engine: Any, config: Mapping[str, Any] | str | os.PathLike[str] | Non
                  if isinstance(config.get(k), Mapping) and config[k].get("enabled")]
     deepspeed_monitor = own if remaining and own is not None else None
     wrapper = DeepSpeedMonitor(monitor, deepspeed_monitor)
+    if monitor is not None:  # a sweep of engines keeps one run open (integrations._runs)
+        close_when_collected(wrapper, monitor)
     engine.monitor = wrapper
     return wrapper
 

@@ -13,8 +13,10 @@ imports Lightning (``lightning.pytorch``).
 
 from __future__ import annotations
 
+import os
 from argparse import Namespace
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -31,17 +33,18 @@ __all__ = ["DEFAULT_PROJECT", "MonitorLogger"]
 DEFAULT_PROJECT = "lightning_logs"
 
 
-def _fitting_from_checkpoint() -> bool:
-    """Whether a Lightning ``Trainer`` up the call stack runs from a checkpoint: Lightning hands
-    a logger no trainer, and reads ``experiment`` from inside its own calls (the setup hook of
+def _running_trainer() -> tuple[Any, bool]:
+    """The Lightning ``Trainer`` up the call stack (``None``: none) and whether the ``Trainer``
+    method running fits from a checkpoint. Lightning hands a logger no trainer, and reads
+    ``experiment`` and ``save_dir`` from inside its own calls (the setup hook of
     ``Trainer._run(model, ckpt_path=...)``, before the checkpoint is restored and
-    ``trainer.ckpt_path`` set), so the ``ckpt_path`` of the ``Trainer`` method running is
-    read, else ``trainer.ckpt_path``."""
+    ``trainer.ckpt_path`` set; ``Trainer.log_dir``; ``ModelCheckpoint``'s folder), so the
+    ``ckpt_path`` of the ``Trainer`` method running is read, else ``trainer.ckpt_path``."""
     import sys
 
     trainer_class = getattr(sys.modules.get("lightning.pytorch"), "Trainer", None)
     if trainer_class is None:
-        return False
+        return None, False
     found = None
     frame: FrameType | None = sys._getframe(1)
     for _ in range(64):
@@ -51,10 +54,26 @@ def _fitting_from_checkpoint() -> bool:
         for key in ("self", "trainer"):
             if isinstance(local.get(key), trainer_class):
                 if key == "self" and "ckpt_path" in local:
-                    return local["ckpt_path"] is not None
+                    return local[key], local["ckpt_path"] is not None
                 found = found or local[key]
         frame = frame.f_back
-    return found is not None and getattr(found, "ckpt_path", None) is not None
+    return found, found is not None and getattr(found, "ckpt_path", None) is not None
+
+
+def _tensorboard_params(params: Mapping[str, Any]) -> dict[str, Any]:
+    """``TensorBoardLogger``'s rule for arrays and tensors of more than one dimension (its
+    ``_sanitize_params``): ``str(value)``, at any depth of nested dicts. Others are left to
+    ``core_monitor.hyperparameters.sanitize_config`` (0-d: a number, 1-d: a list)."""
+    out: dict[str, Any] = {}
+    for key, value in params.items():
+        if isinstance(value, Mapping):
+            value = _tensorboard_params(value)
+        else:
+            ndim = getattr(value, "ndim", None)
+            if isinstance(ndim, int) and ndim > 1:
+                value = str(value)
+        out[key] = value
+    return out
 
 
 class MonitorLogger(Logger):
@@ -69,14 +88,25 @@ class MonitorLogger(Logger):
     One run per logger, as with Lightning's built-in loggers: ``fit()`` then ``test()`` (or
     ``validate()``, a second ``fit()``) write into the same run. ``finalize``, which Lightning
     calls when a stage ends, flushes every backend (what was logged is readable) and keeps the
-    run open; it is closed by ``close()``, at interpreter exit, or when another logger of this
-    project starts a run in this process while this one waits between stages (see
-    ``core_monitor.integrations._runs``).
+    run open; it is closed by ``close()``, at interpreter exit, or when another integration
+    object starts a run in this process while this one waits between stages or after this
+    logger was garbage-collected (see ``core_monitor.integrations._runs``): a sweep making a
+    logger per trial keeps at most one finished trial's run, and its writer processes, open.
 
     ``name`` and ``version`` follow Lightning's ``WandbLogger``: ``name`` is the project,
-    ``version`` the run name (so checkpoints go to ``<default_root_dir>/<project>/<run
-    name>/checkpoints``). ``save_dir`` is ``None``, since backends choose their own folders
-    under ``log_dir``.
+    ``version`` the run name. ``save_dir`` (so ``trainer.log_dir``) is the folder the local
+    backends write under, ``Monitor``'s ``log_dir``: the one given, else the ``Trainer``'s
+    ``default_root_dir`` (where Lightning puts its default ``TensorBoardLogger``), so
+    TensorBoard's run is ``<save_dir>/<project>/<run name>`` and checkpoints go to
+    ``<save_dir>/<project>/<run name>/checkpoints``, beside it.
+
+    ``log_hyperparams(params, metrics)`` does what ``TensorBoardLogger``'s does: ``params``
+    become the run config (arrays and tensors of more than one dimension as ``str(value)``, as
+    ``TensorBoardLogger`` stores them); ``metrics`` (a number alone is ``{"hp_metric": it}``)
+    are stored as scalars at ``step`` (``None``: step 0) in every backend, which TensorBoard's
+    HParams tab shows beside the hyperparameters; with ``default_hp_metric=True`` and no
+    ``metrics``, ``hp_metric = -1`` at step 0, once per logger (``TensorBoardLogger`` writes it
+    again at every stage, into the same run).
 
     Pickling (``strategy="ddp_spawn"``, a pickled ``Trainer``) keeps the names, options and
     hyperparameters and drops the ``Monitor``, as the built-in loggers drop their experiment:
@@ -91,12 +121,18 @@ class MonitorLogger(Logger):
             (a second logger made in the same second gets ``.2``).
         prefix: put before every metric key, joined with ``"-"``, as every built-in logger's
             ``prefix`` (``prefix="fold1"``: ``fold1-train_loss``); default none.
+        save_dir: Lightning's name for ``log_dir`` (``str`` or path; give one of them); default:
+            the ``Trainer``'s ``default_root_dir``.
+        default_hp_metric: write ``hp_metric = -1`` at step 0 at the first ``log_hyperparams``
+            without ``metrics`` (``TensorBoardLogger``'s ``default_hp_metric``, default
+            ``True``).
         **monitor_kwargs: other ``Monitor`` keyword arguments (``log_dir``, ``config``,
-            ``strict``, ``rank_zero_only``, one options mapping per backend).
+            ``strict``, ``rank_zero_only``, ``dispatch``, one options mapping per backend).
 
     Raises:
-        ConfigError: ``prefix`` is not a ``str``; at the first use, as ``Monitor`` raises it;
-            ``UnknownBackendError``, ``BackendLoadError`` likewise.
+        ConfigError: ``prefix`` is not a ``str``, ``default_hp_metric`` not a ``bool``, or
+            ``save_dir`` and ``log_dir`` both given and different; at the first use, as
+            ``Monitor`` raises it; ``UnknownBackendError``, ``BackendLoadError`` likewise.
     """
 
     #: What joins ``prefix`` and a metric key (Lightning's ``Logger.LOGGER_JOIN_CHAR``).
@@ -104,11 +140,26 @@ class MonitorLogger(Logger):
 
     def __init__(self, backends: Sequence[str | type] | str | None = None, *,
                  project: str = DEFAULT_PROJECT, name: str | None = None, prefix: str = "",
+                 save_dir: str | os.PathLike[str] | None = None, default_hp_metric: bool = True,
                  **monitor_kwargs: Any) -> None:
         super().__init__()
         if not isinstance(prefix, str):
             raise ConfigError(f"MonitorLogger: prefix={prefix!r} must be a str, e.g. 'fold1'")
+        if not isinstance(default_hp_metric, bool):
+            raise ConfigError(f"MonitorLogger: default_hp_metric={default_hp_metric!r} must be "
+                              "True or False")
+        log_dir = monitor_kwargs.get("log_dir")
+        if save_dir is not None and log_dir is not None and Path(save_dir) != Path(log_dir):
+            raise ConfigError(f"MonitorLogger: save_dir={str(save_dir)!r} and log_dir="
+                              f"{str(log_dir)!r} name the same folder (Lightning's and "
+                              "Monitor's name for it): give one of them")
+        if save_dir is not None:
+            monitor_kwargs["log_dir"] = save_dir
         self._prefix = prefix
+        self._default_hp_metric = default_hp_metric
+        #: Metrics of ``log_hyperparams`` given before the run started: ``(metrics, step)``.
+        self._hp_metrics: list[tuple[Mapping[str, Any], int]] = []
+        self._hp_metric_written = False
         self._runs = LazyRun(backends, project=project, name=name, source="MonitorLogger",
                              **monitor_kwargs)
         self._warned: set[str] = set()
@@ -121,7 +172,27 @@ class MonitorLogger(Logger):
         this name (``Monitor(resume="allow")``) instead of starting ``<name>-2``."""
         runs = self._runs
         started = runs.started
-        return started if started is not None else runs.monitor(resume=_fitting_from_checkpoint())
+        if started is not None:
+            return started
+        trainer, resume = _running_trainer()
+        if runs.monitor_kwargs.get("log_dir") is None and trainer is not None:
+            runs.monitor_kwargs["log_dir"] = trainer.default_root_dir
+        monitor = runs.monitor(resume=resume)
+        pending, self._hp_metrics = self._hp_metrics, []
+        for metrics, step in pending:
+            self._log_hp_metrics(monitor, metrics, step)
+        return monitor
+
+    @property
+    def save_dir(self) -> str | None:
+        """The folder the local backends write under (``trainer.log_dir``): ``save_dir`` or
+        ``log_dir`` as given, else the ``default_root_dir`` of the ``Trainer`` running (also
+        before the run starts), else ``None`` outside a ``Trainer``."""
+        log_dir = self._runs.monitor_kwargs.get("log_dir")
+        if log_dir is None:
+            trainer, _ = _running_trainer()
+            log_dir = None if trainer is None else trainer.default_root_dir
+        return None if log_dir is None else os.fspath(log_dir)
 
     @property
     def monitor(self) -> Monitor | None:
@@ -151,15 +222,43 @@ class MonitorLogger(Logger):
         self.experiment.log(loggable(metrics, self._warned, "MonitorLogger", text=False),
                             step=step)
 
-    def log_hyperparams(self, params: Mapping[str, Any] | Namespace, *args: Any,
-                        **kwargs: Any) -> None:
+    def log_hyperparams(self, params: Mapping[str, Any] | Namespace,
+                        metrics: Mapping[str, Any] | float | None = None,
+                        step: int | None = None) -> None:
         """Store hyperparameters (a ``dict`` or ``argparse.Namespace``) in every backend's run
-        config (flattened with ``.``, JSON-safe): into the open run, or kept for the run that
-        starts at the first metric. Extra arguments (``TensorBoardLogger``'s ``metrics``) are
-        not used."""
+        config (flattened with ``.``, JSON-safe; see the class docstring for tensors): into the
+        open run, or kept for the run that starts at the first metric.
+
+        ``metrics`` as ``TensorBoardLogger`` takes them: a mapping, or one number meaning
+        ``{"hp_metric": number}``; stored as scalars at ``step`` (``None``: 0, where
+        ``TensorBoardLogger`` stores them). Without ``metrics`` and with
+        ``default_hp_metric=True``, ``hp_metric = -1`` at step 0, once per logger; before the
+        run started it is kept and written when the run starts (so a ``ddp_spawn`` main
+        process that only logs hyperparameters still starts no run)."""
         if isinstance(params, Namespace):
             params = vars(params)
-        self._runs.log_config(params)
+        self._runs.log_config(_tensorboard_params(params))
+        step = 0 if step is None else step
+        if metrics is not None:  # metrics given: stored now, as log_metrics (starts the run)
+            if not isinstance(metrics, Mapping):
+                metrics = {"hp_metric": metrics}
+            self._log_hp_metrics(self.experiment, metrics, step)
+            return
+        if not self._default_hp_metric or self._hp_metric_written:
+            return
+        self._hp_metric_written = True
+        monitor = self._runs.started
+        if monitor is None:  # kept for the run that starts next (see the class docstring)
+            self._hp_metrics.append(({"hp_metric": -1}, step))
+        else:
+            self._log_hp_metrics(monitor, {"hp_metric": -1}, step)
+
+    def _log_hp_metrics(self, monitor: Monitor, metrics: Mapping[str, Any], step: int) -> None:
+        """Store ``log_hyperparams``' metrics where the run writes (``TensorBoardLogger``'s
+        ``log_hyperparams`` is rank-zero-only: on a rank that writes nothing they are not
+        checked either, so that rank's next step stays where rank 0's is)."""
+        if monitor.backends:
+            self.log_metrics(metrics, step)
 
     def save(self) -> None:
         """Make what was logged readable in every backend (``Monitor.flush``)."""
@@ -170,7 +269,11 @@ class MonitorLogger(Logger):
     def finalize(self, status: str) -> None:
         """A stage ended (``status`` e.g. ``"success"``, ``"failed"``): flush every backend and
         keep the run open for the next stage (see the class docstring)."""
-        self._runs.pause()
+        runs = self._runs
+        if runs.last is None and (runs.config or self._hp_metrics):
+            # hyperparameters given, no run yet: start it here (in the default_root_dir)
+            self.experiment  # noqa: B018
+        runs.pause()
 
     def close(self) -> None:
         """Close the run: every backend writes what it holds and finishes it. Logging again
