@@ -54,7 +54,7 @@ JOBS: list[tuple[str, tuple[str, ...]]] = [
 JOB_TIMEOUT = 300
 #: Jobs that need longer (seconds, full run): P7 starts a monitor per arm and repetition;
 #: P-start a fresh interpreter per arm; P7-sustained trains 20,000 steps per arm.
-LONG_JOBS = {"P7": 1800, "P-start": 1800, "P-close": 900, "P7-sustained": 2400}
+LONG_JOBS = {"P7": 1800, "P-start": 1800, "P-close": 1500, "P7-sustained": 2400}
 PACKAGES = ("core-monitor", "trackio-monitor", "tensorboard-monitor", "wandb-monitor",
             "trackio", "tensorboard", "wandb", "tensorboardX", "pluggy", "protobuf",
             "mlflow-monitor", "mlflow", "google-crc32c", "torch")
