@@ -130,6 +130,7 @@ def main_rows(results: dict[str, Any]) -> tuple[list[list[str]], list[str]]:
                 f"{_num(d['tensorboard_us_per_image']['median'])} µs",
                 "", _range(d["encode_and_write_us"], 1, " µs"), "", None)
     dispatch_rows(results, add)
+    start_close_rows(results, add)
     return rows, missed
 
 
@@ -175,6 +176,54 @@ def dispatch_rows(results: dict[str, Any], add: Any) -> None:
             add("P", f"sustained: rows of 10 scalars/s {backend} absorbs, process (log() "
                 f"{_num(m['log_us_per_call']['median'], 1)} µs/call meanwhile)",
                 f"{_range(m['rows_per_s'], 0)} rows/s", "", "", "", "", None)
+
+
+def start_close_rows(results: dict[str, Any], add: Any) -> None:
+    """P-start, P-close and P7-sustained (``p_start.py``, ``p_close.py``, ``p7_sustained.py``)."""
+    r = results.get("P-start")
+    if r and "error" not in r:
+        if not r["wait_supported"]:
+            add("P-start", "Monitor(wait=True): not a keyword of the installed core, left out",
+                "", "", "", "", "", None)
+        for name, row in r["sets"].items():
+            d = row["direct"]
+            for arm in r["arms"]:
+                if arm == "direct":
+                    continue
+                m = row[arm]
+                label = "Monitor(wait=True)" if arm == "monitor-wait" else "Monitor()"
+                gate = arm == "monitor"
+                add("P-start", f"{name}: fresh interpreter to the first log() returning, "
+                    f"{label} vs the SDK's own start ({label} itself "
+                    f"{_num(m['start_s']['median'], 2)} s; imports "
+                    f"{_num(m['import_s']['median'], 2)}"
+                    f" vs {_num(d['import_s']['median'], 2)} s; first flush() returns at "
+                    f"{_num(m['flushed_s']['median'], 2)} vs {_num(d['flushed_s']['median'], 2)}"
+                    f" s; close() after it {_num(m['close_s']['median'], 2)} vs "
+                    f"{_num(d['close_s']['median'], 2)} s)",
+                    _range(m["first_log_s"], 2, " s"), _range(d["first_log_s"], 2, " s"),
+                    _ratio(m["ratio"]), "", "Monitor() ≤0.3 s" if gate else "",
+                    m["start_s"]["median"] <= 0.3 if gate else None)
+    r = results.get("P-close")
+    if r and "error" not in r:
+        for name, c in r["close_s"].items():
+            add("P-close", f"{name}: close() after the last flush(), process mode",
+                _range(c, 2, " s"), "", "", "", "", None)
+    r = results.get("P7-sustained")
+    if r and "error" not in r:
+        for target, row in r["step_ms"].items():
+            m, w = row["process"], row["with_drain"]
+            cpu = ", ".join(f"{b} {_num(c['median'], 0)}"
+                            for b, c in row["writer_cpu_us_per_row"].items())
+            bound = (f"; bound by {row['bound_by']} (≤ {_num(row['bound_rows_per_s'], 0)} "
+                     "rows/s on a free core)" if "bound_by" in row else "")
+            add("P7-sust", f"MLP ~{target} ms/step, {r['steps']:,} steps of 10 scalars to the "
+                f"four, process vs none, until the last log(); then flush() "
+                f"{_range(row['drain_s'], 2, ' s')}, with it {w['ratio']['median']:.2f}×; "
+                f"writer CPU µs/row: {cpu}{bound}",
+                f"{_num(m['a_us']['median'] / 1e3, 3)} ms/step",
+                f"{_num(m['b_us']['median'] / 1e3, 3)} ms/step", _ratio(m["ratio"]),
+                _range(m["added_us"], 1, " µs"), "", None)
 
 
 def scale_rows(r: dict[str, Any]) -> tuple[list[str], list[list[str]]]:

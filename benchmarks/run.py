@@ -1,4 +1,4 @@
-"""Run the benchmarks B1-B7 and P3/P7/start-up/sustained; print a table, write JSON and markdown.
+"""Run the benchmarks B1-B7, P3, P7 and the P jobs; print a table, write JSON and markdown.
 
     python benchmarks/run.py [--quick] [--only B1,B3] [--backends trackio,tensorboard]
                              [--out benchmarks/results] [--keep] [--strict-targets]
@@ -47,10 +47,15 @@ JOBS: list[tuple[str, tuple[str, ...]]] = [
     ("P-startup", (*BACKENDS, "mlflow")),
     ("P-sustained", (*BACKENDS, "mlflow")),
     ("P7", (*BACKENDS, "mlflow")),
+    ("P-start", (*BACKENDS, "mlflow")),
+    ("P-close", (*BACKENDS, "mlflow")),
+    ("P7-sustained", (*BACKENDS, "mlflow")),
 ]
 JOB_TIMEOUT = 300
-#: Jobs that need longer (seconds, full run): P7 starts a monitor per arm and repetition.
-LONG_JOBS = {"P7": 1800}
+#: Jobs that need longer (seconds, full run): P7 starts a monitor per arm and repetition;
+#: P-start a fresh interpreter per arm; P7-sustained trains 20,000 steps per arm.
+#: (P-start took 621 s and P-close 327 s in --quick on 2 cores at load 10.)
+LONG_JOBS = {"P7": 1800, "P-start": 3600, "P-close": 1500, "P7-sustained": 3600}
 PACKAGES = ("core-monitor", "trackio-monitor", "tensorboard-monitor", "wandb-monitor",
             "trackio", "tensorboard", "wandb", "tensorboardX", "pluggy", "protobuf",
             "mlflow-monitor", "mlflow", "google-crc32c", "torch")
@@ -97,6 +102,18 @@ def worker(job: str, quick: bool, root: Path) -> dict[str, Any]:
         import b7_media
 
         return b7_media.run(quick, root)
+    if job == "P-start":
+        import p_start
+
+        return p_start.run(quick, root)
+    if job == "P-close":
+        import p_close
+
+        return p_close.run(quick, root)
+    if job == "P7-sustained":
+        import p7_sustained
+
+        return p7_sustained.run(quick, root)
     if job.startswith("P"):
         import p_dispatch
 
