@@ -34,7 +34,13 @@ def jsonl_steps(monitor: Monitor) -> list[int]:
 
 
 def writer_pid(monitor: Monitor, name: str = "faulty") -> int:
-    return next(detail for hook, detail in read_calls(monitor.run) if hook == "start")
+    """The pid the backend recorded at its start (writers start behind ``Monitor()``)."""
+    deadline = time.monotonic() + 60
+    while True:
+        found = [detail for hook, detail in read_calls(monitor.run) if hook == "start"]
+        if found or time.monotonic() > deadline:
+            return found[0]
+        time.sleep(0.02)
 
 
 def gone(pid: int, within: float) -> bool:
@@ -386,3 +392,59 @@ def test_backends_that_keep_up_never_drop_beside_a_slow_one(make, slow_first):
     for name in ("trackio", "wandb"):
         steps = [step for _, step, _ in READERS[name](monitor.run)]
         assert sorted(steps) == sorted(list(range(300)) * 10), name
+
+
+@pytest.mark.process
+def test_monitor_returns_before_any_writer_is_ready_and_loses_nothing_logged_meanwhile(make):
+    monitor = make(dispatch="process", faulty={"start_delay": 3.0}, wait=False)
+    # The backend records its start after its 3 s sleep: Monitor() did not wait for it.
+    assert read_calls(monitor.run) == []
+    for step in range(50):
+        monitor.log({"x": float(step)}, step=step)
+    monitor.close()
+    assert read_steps(monitor.run) == list(range(50))
+    assert jsonl_steps(monitor) == list(range(50))
+    assert [hook for hook, _ in read_calls(monitor.run)] == ["start", "flush", "close"]
+
+
+@pytest.mark.process
+def test_a_start_failure_only_the_backend_sees_is_raised_at_the_next_call_when_strict(make):
+    monitor = make(dispatch="process", faulty={"bad": True}, strict=True, wait=False)
+    with pytest.raises(ConfigError, match="faulty: bad=True is not a value"):
+        for step in range(1000):  # until the writer's answer has come back
+            monitor.log({"x": float(step)}, step=step)
+            time.sleep(0.01)
+    monitor.close()
+    assert monitor.failures == {"faulty": 1}
+    assert monitor.undelivered == {}
+    assert jsonl_steps(monitor) == list(range(len(jsonl_steps(monitor))))
+    assert jsonl_steps(monitor)  # the other backend got every call before the report
+
+
+@pytest.mark.process
+def test_a_start_failure_is_a_warning_at_the_next_call_and_the_others_lose_nothing(make):
+    monitor = make(dispatch="process", faulty={"bad": True}, wait=False)
+    writer = next(w for w in monitor._dispatch.writers if w.name == "faulty")
+    writer.process.wait(timeout=60)  # it ended after its start failed
+    with pytest.warns(BackendWarning, match="'faulty' failed in start: ConfigError: faulty: "
+                                            "bad=True"):
+        monitor.log({"x": 0.0}, step=0)
+    for step in range(1, 20):
+        monitor.log({"x": float(step)}, step=step)
+    monitor.close()
+    assert monitor.failures == {"faulty": 1}
+    assert monitor.undelivered == {}
+    assert jsonl_steps(monitor) == list(range(20))
+
+
+@pytest.mark.process
+def test_wait_false_still_reports_a_log_dir_that_is_a_file_in_monitor(make, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    with pytest.warns(BackendWarning, match=r"'faulty' failed in start: (FileExistsError|"
+                                            r"NotADirectoryError)") as seen:
+        monitor = make(("faulty",), log_dir=blocker, dispatch="process", wait=False)
+    assert seen[0].filename == __file__
+    assert monitor.backends == []
+    assert monitor.failures == {"faulty": 1}
+    monitor.close()

@@ -22,9 +22,13 @@ waiting: they never queue behind data in a full data pipe, so ``flush(timeout=)`
 request after the data logged before it. ``stop`` marks every writer stopping before it sends
 any stop request, so a writer that exits on its request is never taken for a dead one.
 
-Start-up is synchronous: ``start`` launches every writer at once and returns when each replied
-ready or failed (``STARTUP_SECONDS`` at most, naming the backend), re-raising a start failure
-with its original type and message. Failures and warnings of a running writer come back on its
+Start-up: ``start`` launches every writer at once (each with SIGTERM blocked until its handler
+is in place) and, by default (``wait``), returns when each replied ready or failed
+(``STARTUP_SECONDS`` at most, naming the backend), re-raising a start failure with its original
+type and message. Without ``wait`` (``Monitor(wait=False)``) it returns at once: calls wait in
+the pipes of writers still starting (a full one waits for room even with ``on_full="drop"``),
+and a start failure is reported by the reply thread like any failure, at the caller's next
+call, with its original type. Failures and warnings of a running writer come back on its
 reply pipe, read by one thread (which also passes on the writer's stdout and stderr, a pipe of
 its own: a writer never holds this process's output open), and are reported on the caller's
 thread at its next call (``policy.Policy``). A writer that dies (a segfault in a native
@@ -135,14 +139,17 @@ class WriterProcess:
             # Its own session: a Ctrl-C (SIGINT to the terminal's process group) is the
             # training process's business. Its own output pipe: it never holds the training
             # process's stdout/stderr (a shell or CI step waiting on them would wait for it).
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "core_monitor.dispatch.writer",
-                 str(data_read), str(control_read), str(reply_write), str(shared_fd)],
-                pass_fds=[fd for fd in (data_read, control_read, reply_write, shared_fd)
-                          if fd >= 0],
-                stdin=subprocess.DEVNULL, stdout=output_write, stderr=output_write,
-                start_new_session=True,
-            )
+            # Started with SIGTERM blocked (a signal mask is inherited): one that comes
+            # while it imports waits for its handler (its reader thread unblocks it).
+            with _sigterm_blocked():
+                self.process = subprocess.Popen(
+                    [sys.executable, "-m", "core_monitor.dispatch.writer",
+                     str(data_read), str(control_read), str(reply_write), str(shared_fd)],
+                    pass_fds=[fd for fd in (data_read, control_read, reply_write, shared_fd)
+                              if fd >= 0],
+                    stdin=subprocess.DEVNULL, stdout=output_write, stderr=output_write,
+                    start_new_session=True,
+                )
         finally:
             for fd in (data_read, control_read, reply_write, output_write, shared_fd):
                 if fd >= 0:
@@ -243,6 +250,10 @@ class ProcessDispatch(Dispatch):
         self._reader: threading.Thread | None = None
         self._marker = 0
         self.sent = 0  # hook calls sent (each writer got those not in its ``skipped``)
+        #: Whether ``start`` waits for every writer's answer (``Monitor(wait=True)``, and
+        #: whenever the monitor needs it: ``resume`` other than ``"never"``).
+        self.wait = False
+        self._waited = True  # the start failures are reported by ``start`` itself
 
     # Start -------------------------------------------------------------------------------
 
@@ -268,8 +279,13 @@ class ProcessDispatch(Dispatch):
         self._live = list(self.writers)
         self._fds = [writer.fd for writer in self._live]
         deadline = time.monotonic() + STARTUP_SECONDS
+        self._waited = self.wait
         try:
             for writer, spec in zip(self.writers, in_process, strict=False):
+                if not self.wait:  # its answer is handled by the reply thread (_on_reply)
+                    started[writer.name] = (writer, spec)
+                    writer.facts.setdefault("state", (False, None))
+                    continue
                 outcome = writer.wait_ready(deadline)
                 self.policy.deliver(raising=False)  # warnings of its start, in order
                 if outcome is True:
@@ -365,9 +381,13 @@ class ProcessDispatch(Dispatch):
                 writer.ready = True
                 writer.changed.notify_all()
         elif kind == "start_failed":
+            error = wire.rebuild_exception(message[1], strict=True)
             with writer.changed:
-                writer.ready = wire.rebuild_exception(message[1], strict=True)
+                writer.ready = error
                 writer.changed.notify_all()
+            if not self._waited:  # reported at the caller's next call, its original type
+                self.policy.failed_elsewhere(writer.name, "start", error,
+                                             "in its writer process")
 
     def _ended(self, writer: WriterProcess) -> None:
         """The writer's reply pipe closed: it exited. Unless asked to, that is a failure."""
@@ -376,6 +396,10 @@ class ProcessDispatch(Dispatch):
         with writer.changed:
             writer.dead = not writer.stopping and writer.ready is True
             writer.changed.notify_all()
+        if not self._waited and not writer.stopping and writer.ready is None:
+            error = WriterDied("WriterDied", f"backend {writer.name!r}: its writer process "
+                               f"ended while starting ({writer.exit_description()})")
+            self.policy.failed_elsewhere(writer.name, "start", error, "in its writer process")
         if writer.dead:
             why = writer.exit_description() + (f": {writer.ending}" if writer.ending else "")
             error = WriterDied("WriterDied", (
@@ -428,11 +452,22 @@ class ProcessDispatch(Dispatch):
                 self._one_failed(writer, error, parts)
 
     def _one_failed(self, writer: WriterProcess, error: OSError, parts: list[Any]) -> None:
+        # A writer still starting (writers start behind Monitor(wait=False)) is waited for:
+        # what is logged before it is ready waits in its pipe, never dropped.
+        if (isinstance(error, BlockingIOError) and self.on_full == "drop"
+                and writer.ready is None):
+            try:
+                if _write_while_starting(writer, parts):
+                    return
+            except OSError as later:
+                error = later
         if isinstance(error, BlockingIOError):
-            if self.on_full == "block" or (writer.idle() and _wait_writable(
-                    writer, time.monotonic() + DROP_GRACE_SECONDS)):
-                try:
-                    _write_all(writer.fd, parts, first=True, writer=writer)
+            if self.on_full == "block" or (
+                    writer.idle() and _wait_writable(writer,
+                                                     time.monotonic() + DROP_GRACE_SECONDS)):
+                try:  # "drop" never waits past the grace: no room for the frame, dropped
+                    _write_all(writer.fd, parts, first=True,
+                               writer=writer if self.on_full == "block" else None)
                     return
                 except OSError as later:
                     error = later
@@ -442,7 +477,8 @@ class ProcessDispatch(Dispatch):
                 if self.dropped[writer.name] == 1:
                     report_drop(writer.name, f"its pipe is full (queue_size={self.capacity})")
                 return
-        if not writer.dead:  # a dead writer's calls are counted once, at close
+        if not writer.dead and writer.ready is True:  # a dead writer's calls are counted
+            # once, at close; one that failed to start was reported as that failure
             self.undelivered[writer.name] = self.undelivered.get(writer.name, 0) + 1
             writer.skipped += 1
         self._forget(writer)
@@ -576,6 +612,20 @@ class _NoLock:
         return None
 
 
+@contextlib.contextmanager
+def _sigterm_blocked() -> Any:
+    """Block SIGTERM on this thread meanwhile (a SIGTERM that comes is delivered after)."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    try:
+        yield
+    finally:
+        if signal.SIGTERM not in previous:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+
+
 def _pass_on(chunk: bytes) -> None:
     """A writer's output (an SDK's messages) to this process's ``sys.stderr``."""
     stream = sys.stderr
@@ -636,6 +686,19 @@ def _write_all(fd: int, parts: list[Any], *, first: bool = False,
             views.pop(0)
         if views and written:
             views[0] = views[0][written:]
+
+
+def _write_while_starting(writer: WriterProcess, parts: list[Any]) -> bool:
+    """Wait for room in ``writer``'s pipe while it starts (and lives); whether the frame was
+    written. Once it is ready, a full pipe is the drop policy's business again."""
+    while writer.ready is None and writer.process.poll() is None:
+        select.select([], [writer.fd], [], 0.1)
+        try:
+            _write_all(writer.fd, parts, first=True)
+            return True
+        except BlockingIOError:
+            continue
+    return False
 
 
 def _wait_writable(writer: WriterProcess, deadline: float) -> bool:

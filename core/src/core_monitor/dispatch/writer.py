@@ -158,6 +158,8 @@ class Writer:
 
     def read_forever(self) -> None:
         """The reader thread (module docstring); never returns before the process ends."""
+        if hasattr(signal, "pthread_sigmask"):  # started with it blocked (processes.py)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
         os.set_blocking(self.data_fd, False)
         os.set_blocking(self.control_fd, False)
         controls = wire.Frames()
