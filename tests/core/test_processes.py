@@ -5,6 +5,7 @@ trackers after a crash of the training process: tests/plugins/test_crash.py."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -14,9 +15,14 @@ import pytest
 from faulty_monitor import read_calls, read_steps
 from interpreter import run_python
 from jsonl_monitor import read_rows
+from trackers import READERS
 
 from core_monitor import BackendWarning, ConfigError, Monitor, RunInfo, hookimpl
-from core_monitor.errors import BackendError, RemoteTraceback, WriterDied
+from core_monitor.dispatch.writer import DRAIN_SECONDS
+from core_monitor.errors import BackendError, FlushTimeout, RemoteTraceback, WriterDied
+
+#: Seconds a deadline may be overrun on a loaded machine (reaping, a thread's wake-up).
+SLACK = 1.0
 
 # Every test here is about writer processes: the users' default dispatch, not the suite's thread.
 pytestmark = pytest.mark.process
@@ -31,7 +37,13 @@ def jsonl_steps(monitor: Monitor) -> list[int]:
 
 
 def writer_pid(monitor: Monitor, name: str = "faulty") -> int:
-    return next(detail for hook, detail in read_calls(monitor.run) if hook == "start")
+    """The pid the backend recorded at its start (writers start behind ``Monitor()``)."""
+    deadline = time.monotonic() + 60
+    while True:
+        found = [detail for hook, detail in read_calls(monitor.run) if hook == "start"]
+        if found or time.monotonic() > deadline:
+            return found[0]
+        time.sleep(0.02)
 
 
 def gone(pid: int, within: float) -> bool:
@@ -291,3 +303,151 @@ def test_a_forked_child_neither_writes_nor_keeps_the_writer_alive(tmp_path):
 def test_the_writer_error_types_are_exported_where_documented():
     assert issubclass(WriterDied, BackendError)
     assert BackendError("pkg.Error", "text").remote_type == "pkg.Error"
+
+
+HUNG_TRAINER = '''
+import json, os, signal, sys, time
+from core_monitor import Monitor
+monitor = Monitor(["faulty"], project="p", name="r", log_dir=sys.argv[1], dispatch="process",
+                  faulty={"hang_at": 1})
+for step in range(3):
+    monitor.log({"x": float(step)}, step=step)
+writer = monitor._dispatch.writers[0].process.pid
+time.sleep(1.0)  # the writer is inside the hook at step 1 by now
+fds = {}
+for fd in os.listdir(f"/proc/{writer}/fd"):
+    try:
+        fds[fd] = os.readlink(f"/proc/{writer}/fd/{fd}")
+    except OSError:
+        pass
+mine = {name: os.readlink(f"/proc/self/fd/{fd}") for name, fd in (("stdout", 1), ("stderr", 2))}
+print(json.dumps({"writer": writer, "fds": fds, "mine": mine}), flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+'''
+
+
+@pytest.mark.process
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="reads /proc")
+def test_a_writer_hung_in_a_hook_never_outlives_its_trainer_by_more_than_the_drain_limit(
+        tmp_path):
+    # capture_output: subprocess.run returns when the trainer dies, as a shell or a CI step
+    # waiting on the job's output does, because the writer holds neither stdout nor stderr.
+    done = run_python(HUNG_TRAINER, tmp_path, check=False, timeout=120)
+    assert done.returncode == -signal.SIGKILL, done.stderr[-4000:]
+    seen = json.loads(done.stdout.splitlines()[-1])
+    held = set(seen["fds"].values())
+    assert not held & set(seen["mine"].values()), seen
+    assert all(link.startswith(("pipe:", "/dev/null", "/memfd:", "anon_inode:"))
+               or link.startswith(str(tmp_path)) for link in held), held
+    assert gone(seen["writer"], DRAIN_SECONDS + 10)
+    calls = read_calls(RunInfo(project="p", name="r", log_dir=tmp_path))
+    assert [hook for hook, _ in calls] == ["start"]  # ended by its watchdog, still in the hook
+
+
+@pytest.mark.process
+@pytest.mark.parametrize("tags", [5, 8, 40])
+@pytest.mark.parametrize("order", [("faulty", "jsonl"), ("jsonl", "faulty")])
+def test_flush_and_close_keep_their_deadline_whatever_a_hung_writers_pipe_holds(
+        make, tags, order):
+    """The case of issue 34: a 132-byte frame (5 tags) leaves a full pipe 4 bytes that a stop
+    frame behind it could never take. Control requests go on a pipe of their own."""
+    monitor = make(order, dispatch="process", queue_size=1, on_full="drop",
+                   faulty={"hang_at": 0})
+    with pytest.warns(BackendWarning, match="'faulty' is slower than the logging"):
+        for step in range(300):
+            monitor.log({f"t{i}": float(step) for i in range(tags)}, step=step)
+    started = time.monotonic()
+    with pytest.raises(FlushTimeout) as late:
+        monitor.flush(timeout=1.0)
+    assert time.monotonic() - started < 1.0 + SLACK
+    assert "faulty" in late.value.pending
+    pid = writer_pid(monitor)
+    started = time.monotonic()
+    with pytest.warns(BackendWarning, match=r"'faulty': \d+ call\(s\) were not delivered"):
+        monitor.close(timeout=1.0)
+    assert time.monotonic() - started < 1.0 + SLACK
+    assert "jsonl" not in monitor.failures  # a healthy writer is never reported dead
+    assert "jsonl" not in monitor.undelivered
+    assert len(jsonl_steps(monitor)) // tags + monitor.dropped.get("jsonl", 0) == 300
+    assert gone(pid, 5)
+
+
+@pytest.mark.process
+@pytest.mark.parametrize("slow_first", [True, False])
+def test_backends_that_keep_up_never_drop_beside_a_slow_one(make, slow_first):
+    """The case of issue 34: ``queue_size=8``, ``on_full="drop"``, a backend taking 20 ms per
+    write beside Trackio, wandb and jsonl, 300 calls as fast as they come. A writer reads its
+    pipe as soon as bytes arrive, so only the slow backend drops, and counts exactly."""
+    fast = ["jsonl", "trackio", "wandb"]
+    order = ["faulty", *fast] if slow_first else [*fast, "faulty"]
+    monitor = make(order, dispatch="process", queue_size=8, on_full="drop",
+                   faulty={"delay": 0.02})
+    tags = {f"t{i}": float(i) for i in range(10)}
+    with pytest.warns(BackendWarning, match="'faulty' is slower than the logging"):
+        for step in range(300):
+            monitor.log(tags, step=step)
+    with pytest.warns(BackendWarning, match="dropped"):
+        monitor.close()
+    assert set(monitor.dropped) == {"faulty"}
+    assert monitor.failures == {}
+    assert len(set(read_steps(monitor.run))) + monitor.dropped["faulty"] == 300
+    assert sorted(set(jsonl_steps(monitor))) == list(range(300))
+    for name in ("trackio", "wandb"):
+        steps = [step for _, step, _ in READERS[name](monitor.run)]
+        assert sorted(steps) == sorted(list(range(300)) * 10), name
+
+
+@pytest.mark.process
+def test_monitor_returns_before_any_writer_is_ready_and_loses_nothing_logged_meanwhile(make):
+    monitor = make(dispatch="process", faulty={"start_delay": 3.0}, wait=False)
+    # The backend records its start after its 3 s sleep: Monitor() did not wait for it.
+    assert read_calls(monitor.run) == []
+    for step in range(50):
+        monitor.log({"x": float(step)}, step=step)
+    monitor.close()
+    assert read_steps(monitor.run) == list(range(50))
+    assert jsonl_steps(monitor) == list(range(50))
+    assert [hook for hook, _ in read_calls(monitor.run)] == ["start", "flush", "close"]
+
+
+@pytest.mark.process
+def test_a_start_failure_only_the_backend_sees_is_raised_at_the_next_call_when_strict(make):
+    monitor = make(dispatch="process", faulty={"bad": True}, strict=True, wait=False)
+    with pytest.raises(ConfigError, match="faulty: bad=True is not a value"):
+        for step in range(1000):  # until the writer's answer has come back
+            monitor.log({"x": float(step)}, step=step)
+            time.sleep(0.01)
+    monitor.close()
+    assert monitor.failures == {"faulty": 1}
+    assert monitor.undelivered == {}
+    assert jsonl_steps(monitor) == list(range(len(jsonl_steps(monitor))))
+    assert jsonl_steps(monitor)  # the other backend got every call before the report
+
+
+@pytest.mark.process
+def test_a_start_failure_is_a_warning_at_the_next_call_and_the_others_lose_nothing(make):
+    monitor = make(dispatch="process", faulty={"bad": True}, wait=False)
+    writer = next(w for w in monitor._dispatch.writers if w.name == "faulty")
+    writer.process.wait(timeout=60)  # it ended after its start failed
+    with pytest.warns(BackendWarning, match="'faulty' failed in start: ConfigError: faulty: "
+                                            "bad=True"):
+        monitor.log({"x": 0.0}, step=0)
+    for step in range(1, 20):
+        monitor.log({"x": float(step)}, step=step)
+    monitor.close()
+    assert monitor.failures == {"faulty": 1}
+    assert monitor.undelivered == {}
+    assert jsonl_steps(monitor) == list(range(20))
+
+
+@pytest.mark.process
+def test_wait_false_still_reports_a_log_dir_that_is_a_file_in_monitor(make, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    with pytest.warns(BackendWarning, match=r"'faulty' failed in start: (FileExistsError|"
+                                            r"NotADirectoryError)") as seen:
+        monitor = make(("faulty",), log_dir=blocker, dispatch="process", wait=False)
+    assert seen[0].filename == __file__
+    assert monitor.backends == []
+    assert monitor.failures == {"faulty": 1}
+    monitor.close()

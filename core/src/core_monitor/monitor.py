@@ -79,6 +79,14 @@ class Monitor:
             ``queue_size`` KiB (at most the system's largest pipe, 1 MiB on Linux).
         on_full: a full buffer makes ``log()`` wait (``"block"``, nothing lost) or drop that
             call for that backend only (``"drop"``: counted in ``dropped``, warned once).
+        wait: with writer processes, ``True`` (default) returns once every backend has
+            started (imported its SDK, started its run) and raises or reports a start failure
+            here; ``False`` returns at once, the writers starting behind it: calls logged
+            meanwhile wait in their pipes (never dropped, whatever ``on_full``), and a start
+            failure is reported at the next ``log``/``flush``/``close`` with its original
+            type (raised with ``strict=True``), a backend's own option check included.
+            ``resume`` other than ``"never"`` always waits (the start tells what each backend
+            found), and so does a ``log_dir`` that is a file.
         resume: ``"never"`` (a new run), ``"allow"`` (continue the run of this project, name
             and log_dir in every backend when it exists, else start it) or ``"must"``
             (continue it; ``NoRunToResume`` naming each backend without it, nothing logged).
@@ -124,6 +132,7 @@ class Monitor:
         queue_size: int = DEFAULT_QUEUE_SIZE,
         on_full: str = "block",
         resume: str = "never",
+        wait: bool = True,
         **backend_options: Mapping[str, Any],
     ) -> None:
         backends = check_keywords(backends, project, name, strict, rank_zero_only)
@@ -141,6 +150,15 @@ class Monitor:
         )
         self._dispatch = new_dispatch(dispatch, strict=strict, queue_size=queue_size,
                                       on_full=on_full)
+        if not isinstance(wait, bool):
+            raise ConfigError(f"wait={wait!r} must be True (the default: Monitor() returns "
+                              "once every backend started) or False (writers start behind it)")
+        # Writers start behind Monitor() unless asked, or unless their answer is needed now:
+        # what each found of an earlier run (resume), or a start that fails for every local
+        # backend (a log_dir that is a file), reported here as before.
+        self._dispatch.wait = wait or self.run.resume != "never" or (
+            self.run.log_dir is not None and self.run.log_dir.exists()
+            and not self.run.log_dir.is_dir())
         self.dispatch: str = self._dispatch.mode  # "process", "thread" or "sync"
         self.failures: dict[str, int] = self._dispatch.policy.failures
         self._reports = self._dispatch.policy.reports  # to report on the caller's thread

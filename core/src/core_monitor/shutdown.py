@@ -51,6 +51,10 @@ class Closeable(Protocol):
 #: Objects not yet closed, oldest first. Strong references: a monitor the user dropped without
 #: closing must still be closed at exit, or the rows its backends buffer are lost.
 _open: dict[int, Closeable] = {}
+#: Why this process is closing everything, set on SIGTERM before anything is closed; a writer
+#: process is told it with its stop request and reports it as the run's end (``monitor_crash``)
+#: where the tracker has a status. ``None`` for an ordinary close or exit.
+terminating: str | None = None
 _previous_sigterm: Any = None
 _sigterm_installed = False
 
@@ -146,6 +150,9 @@ def _install_sigterm() -> None:
 
 
 def _on_sigterm(signum: int, frame: Any) -> None:
+    global terminating
+    terminating = (f"the training process (pid {os.getpid()}) received SIGTERM (the job was "
+                   "terminated, e.g. preempted or cancelled) and closed the monitor")
     close_all()
     if callable(_previous_sigterm):
         _previous_sigterm(signum, frame)

@@ -8,20 +8,42 @@ is in the kernel: if the training process dies by any means, each writer still r
 writes it, flushes, marks the run as crashed (``monitor_crash``) and exits
 (``core_monitor.dispatch.writer``). No tracker SDK is imported in the training process.
 
-Each pipe is the backend's bounded buffer: ``queue_size`` calls of 1 KiB (at least one page,
-at most the system's largest pipe, ``/proc/sys/fs/pipe-max-size``, 1 MiB by default). With
-``on_full="block"`` a full pipe makes ``log()`` wait for that writer (while it lives); with
-``"drop"`` the call is dropped for that backend and counted, after a short grace when the
-writer is between reads rather than inside a hook (its one-byte ``busy`` flag).
+Each data pipe is the backend's bounded buffer: ``queue_size`` calls of 1 KiB (at least one
+page, at most the system's largest pipe, ``/proc/sys/fs/pipe-max-size``, 1 MiB by default); the
+writer's reader thread moves what arrives into an inbox of as much again at once, so the
+backend alone bounds how fast a pipe drains. With ``on_full="block"`` a full pipe makes
+``log()`` wait for that writer (while it lives); with ``"drop"`` the call is dropped for that
+backend and counted, after a short grace (``DROP_GRACE_SECONDS``) unless the writer has been
+inside one hook for longer than that (the shared memory ``wire.SHARED_BYTES``).
 
-Start-up is synchronous: ``start`` launches every writer at once and returns when each replied
-ready or failed (``STARTUP_SECONDS`` at most, naming the backend), re-raising a start failure
-with its original type and message. Failures and warnings of a running writer come back on its
-reply pipe, read by one thread, and are reported on the caller's thread at its next call
-(``policy.Policy``). A writer that dies (a segfault in a native extension) is reported once as
-``WriterDied``; the others go on. ``close`` sends each writer the stop frame and waits for it
-to exit, all at once, at most ``timeout`` seconds; a writer still running then is killed and
-its calls counted in ``undelivered``; every writer is reaped.
+Flush and stop requests travel on a second pipe per writer, the control pipe, written without
+waiting: they never queue behind data in a full data pipe, so ``flush(timeout=)`` and
+``close(timeout=)`` keep their deadline whatever the data pipes hold. The writer places each
+request after the data logged before it. ``stop`` marks every writer stopping before it sends
+any stop request, so a writer that exits on its request is never taken for a dead one.
+
+Start-up: ``start`` launches every writer at once (each with SIGTERM blocked until its handler
+is in place) and, by default (``wait``), returns when each replied ready or failed
+(``STARTUP_SECONDS`` at most, naming the backend), re-raising a start failure with its original
+type and message. Without ``wait`` (``Monitor(wait=False)``) it returns at once: calls wait in
+the pipes of writers still starting (a full one waits for room even with ``on_full="drop"``),
+and a start failure is reported by the reply thread like any failure, at the caller's next
+call, with its original type. Failures and warnings of a running writer come back on its
+reply pipe, read by one thread (which also passes on the writer's stdout and stderr, a pipe of
+its own: a writer never holds this process's output open), and are reported on the caller's
+thread at its next call (``policy.Policy``). A writer that dies (a segfault in a native
+extension) or ends by itself (SIGTERM sent to it alone) is reported once as ``WriterDied``,
+naming why; the others go on. ``close`` waits for every writer to exit, all at once, at most
+``timeout`` seconds; a writer still running then is killed with what its SDK started (its
+session's process group) and its calls counted in ``undelivered``; every writer is reaped.
+
+Termination (``core_monitor.shutdown``): on SIGTERM this process closes its monitors, and the
+stop request names the signal (``shutdown.terminating``): each writer writes everything logged,
+then records the run's end through ``monitor_crash``. Writers run in sessions of their own, so
+``kill -TERM -- -PGID`` reaches only this process; a scheduler that signals every process of
+the job (Slurm) reaches the writers too, and each keeps serving until the stop request comes
+(``writer.TERM_SECONDS`` at most), SIGTERM being blocked in what its SDK starts. A writer whose
+training process dies ends within ``writer.DRAIN_SECONDS`` even when stuck inside a hook.
 
 A backend class that a fresh interpreter might not import by module path (defined in
 ``__main__``, a notebook cell, a test module or function: anything but an installed
@@ -52,7 +74,7 @@ from collections.abc import Sequence
 from itertools import repeat
 from typing import Any
 
-from .. import hookspecs
+from .. import hookspecs, shutdown
 from ..compat import packages_distributions
 from ..errors import FlushTimeout, WriterDied
 from ..events import Batch
@@ -63,7 +85,7 @@ from .policy import Policy
 from .strategy import BackendSpec, Dispatch
 from .threads import ThreadDispatch
 from .warn import report_drop, report_lost
-from .wire import HANDLED, SHARED_BYTES
+from .wire import BUSY_SINCE, HANDLED, SHARED_BYTES
 
 logger = logging.getLogger("core_monitor")
 
@@ -99,29 +121,42 @@ class WriterProcess:
         self.handled = self.flushed = 0
         self.skipped = 0  # calls of the monitor's count this writer never got (dropped, lost)
         self.dead = self.stopping = False
+        self.ending: str | None = None  # why the writer said it ends by itself, if it did
         self.changed = threading.Condition()
         start = wire.encode(("start", spec.cls.__module__, spec.cls.__qualname__, spec.name,
                              run, dict(spec.options)))
         data_read, self.fd = os.pipe()
+        control_read, self.control_fd = os.pipe()
         self.reply_fd, reply_write = os.pipe()
-        busy_fd = os.memfd_create("core_monitor-busy") if hasattr(os, "memfd_create") else -1
+        self.output_fd, output_write = os.pipe()
+        shared_fd = (os.memfd_create("core_monitor-shared") if hasattr(os, "memfd_create")
+                     else -1)
         try:
-            if busy_fd >= 0:
-                os.ftruncate(busy_fd, mmap.PAGESIZE)
-            self.busy = mmap.mmap(busy_fd, SHARED_BYTES) if busy_fd >= 0 else None
+            if shared_fd >= 0:
+                os.ftruncate(shared_fd, mmap.PAGESIZE)
+            self.busy = mmap.mmap(shared_fd, SHARED_BYTES) if shared_fd >= 0 else None
             _resize(self.fd, capacity * BYTES_PER_CALL)
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "core_monitor.dispatch.writer",
-                 str(data_read), str(reply_write), str(busy_fd)],
-                pass_fds=[fd for fd in (data_read, reply_write, busy_fd) if fd >= 0],
-                stdin=subprocess.DEVNULL, start_new_session=True,
-            )
+            # Its own session: a Ctrl-C (SIGINT to the terminal's process group) is the
+            # training process's business. Its own output pipe: it never holds the training
+            # process's stdout/stderr (a shell or CI step waiting on them would wait for it).
+            # Started with SIGTERM blocked (a signal mask is inherited): one that comes
+            # while it imports waits for its handler (its reader thread unblocks it).
+            with _sigterm_blocked():
+                self.process = subprocess.Popen(
+                    [sys.executable, "-m", "core_monitor.dispatch.writer",
+                     str(data_read), str(control_read), str(reply_write), str(shared_fd)],
+                    pass_fds=[fd for fd in (data_read, control_read, reply_write, shared_fd)
+                              if fd >= 0],
+                    stdin=subprocess.DEVNULL, stdout=output_write, stderr=output_write,
+                    start_new_session=True,
+                )
         finally:
-            for fd in (data_read, reply_write, busy_fd):
+            for fd in (data_read, control_read, reply_write, output_write, shared_fd):
                 if fd >= 0:
                     os.close(fd)
         _write_all(self.fd, [start])
         os.set_blocking(self.fd, False)
+        os.set_blocking(self.control_fd, False)
 
     def wait_ready(self, deadline: float) -> bool | BaseException:
         """Block until the writer replied ready or failed, or ``deadline`` passed."""
@@ -140,8 +175,23 @@ class WriterProcess:
             return self.ready
 
     def idle(self) -> bool:
-        """Whether the writer is between reads (not inside a hook)."""
-        return self.busy is None or self.busy[0] == 0
+        """Whether a full pipe may still drain soon: the writer is between calls, or inside a
+        hook that started less than ``DROP_GRACE_SECONDS`` ago (a hung hook drops at once)."""
+        busy = self.busy
+        if busy is None or busy[0] == 0:
+            return True
+        return time.monotonic() - BUSY_SINCE.unpack_from(busy, 24)[0] < DROP_GRACE_SECONDS
+
+    def control(self, message: tuple[str, dict[str, Any]]) -> bool:
+        """Write a control frame (flush, stop) into the control pipe, never waiting: it holds
+        only control frames, so it is full only when the writer has not read hundreds of
+        them (it is hung). Whether the frame was written."""
+        if self.control_fd < 0:
+            return False
+        try:
+            return os.write(self.control_fd, wire.encode(message)) > 0
+        except OSError:
+            return False
 
     def calls_handled(self) -> int:
         """Calls the writer has handled: counted live in the shared memory, else as last
@@ -151,10 +201,21 @@ class WriterProcess:
         return self.handled
 
     def close_pipe(self) -> None:
-        """Close the data pipe's write end: the writer sees the end of its input."""
-        if self.fd >= 0:
-            fd, self.fd = self.fd, -1
-            os.close(fd)
+        """Close the data and control pipes' write ends: the writer sees the end of input."""
+        for name in ("fd", "control_fd"):
+            fd = getattr(self, name)
+            if fd >= 0:
+                setattr(self, name, -1)
+                os.close(fd)
+
+    def kill(self) -> None:
+        """SIGKILL the writer and what its SDK started (its session's process group)."""
+        if self.process.poll() is None:
+            try:
+                os.killpg(self.process.pid, signal.SIGKILL)
+            except OSError:
+                with contextlib.suppress(OSError):
+                    self.process.kill()
 
     def exit_description(self) -> str:
         """How the process ended, e.g. ``"killed by SIGSEGV"`` or ``"exit status 1"``."""
@@ -189,6 +250,10 @@ class ProcessDispatch(Dispatch):
         self._reader: threading.Thread | None = None
         self._marker = 0
         self.sent = 0  # hook calls sent (each writer got those not in its ``skipped``)
+        #: Whether ``start`` waits for every writer's answer (``Monitor(wait=True)``, and
+        #: whenever the monitor needs it: ``resume`` other than ``"never"``).
+        self.wait = False
+        self._waited = True  # the start failures are reported by ``start`` itself
 
     # Start -------------------------------------------------------------------------------
 
@@ -214,8 +279,13 @@ class ProcessDispatch(Dispatch):
         self._live = list(self.writers)
         self._fds = [writer.fd for writer in self._live]
         deadline = time.monotonic() + STARTUP_SECONDS
+        self._waited = self.wait
         try:
             for writer, spec in zip(self.writers, in_process, strict=False):
+                if not self.wait:  # its answer is handled by the reply thread (_on_reply)
+                    started[writer.name] = (writer, spec)
+                    writer.facts.setdefault("state", (False, None))
+                    continue
                 outcome = writer.wait_ready(deadline)
                 self.policy.deliver(raising=False)  # warnings of its start, in order
                 if outcome is True:
@@ -254,7 +324,8 @@ class ProcessDispatch(Dispatch):
         for spec in specs:
             writer = WriterProcess(spec, run, self.capacity)
             self.writers.append(writer)
-            self._selector.register(writer.reply_fd, selectors.EVENT_READ, writer)
+            self._selector.register(writer.reply_fd, selectors.EVENT_READ, (writer, "reply"))
+            self._selector.register(writer.output_fd, selectors.EVENT_READ, (writer, "output"))
         self._reader = threading.Thread(target=self._read_replies, daemon=True,
                                         name="core_monitor:replies")
         self._reader.start()
@@ -262,23 +333,29 @@ class ProcessDispatch(Dispatch):
     # The reply thread --------------------------------------------------------------------
 
     def _read_replies(self) -> None:
+        """The reply thread: each writer's replies, and its output (stdout and stderr, passed
+        on to this process's ``sys.stderr``), until every writer ended."""
         selector = self._selector
         assert selector is not None
         frames = {writer.reply_fd: wire.Frames() for writer in self.writers}
         while selector.get_map():
             for key, _ in selector.select():
-                writer: WriterProcess = key.data
+                writer, kind = key.data
                 try:
-                    chunk = os.read(writer.reply_fd, 1 << 16)
+                    chunk = os.read(key.fd, 1 << 16)
                 except OSError:
                     chunk = b""
                 if not chunk:
-                    selector.unregister(writer.reply_fd)
-                    os.close(writer.reply_fd)
-                    self._ended(writer)
+                    selector.unregister(key.fd)
+                    os.close(key.fd)
+                    if kind == "reply":
+                        self._ended(writer)
                     continue
-                frames[writer.reply_fd].feed(chunk)
-                for message in frames[writer.reply_fd]:
+                if kind == "output":
+                    _pass_on(chunk)
+                    continue
+                frames[key.fd].feed(chunk)
+                for message in frames[key.fd]:
                     self._on_reply(writer, message)
 
     def _on_reply(self, writer: WriterProcess, message: tuple[Any, ...]) -> None:
@@ -296,15 +373,21 @@ class ProcessDispatch(Dispatch):
                     writer.flushed = message[1]
                 writer.handled = message[-1]
                 writer.changed.notify_all()
+        elif kind == "ending":
+            writer.ending = message[1]
         elif kind == "ready":
             with writer.changed:
                 writer.facts.update(message[1])
                 writer.ready = True
                 writer.changed.notify_all()
         elif kind == "start_failed":
+            error = wire.rebuild_exception(message[1], strict=True)
             with writer.changed:
-                writer.ready = wire.rebuild_exception(message[1], strict=True)
+                writer.ready = error
                 writer.changed.notify_all()
+            if not self._waited:  # reported at the caller's next call, its original type
+                self.policy.failed_elsewhere(writer.name, "start", error,
+                                             "in its writer process")
 
     def _ended(self, writer: WriterProcess) -> None:
         """The writer's reply pipe closed: it exited. Unless asked to, that is a failure."""
@@ -313,11 +396,15 @@ class ProcessDispatch(Dispatch):
         with writer.changed:
             writer.dead = not writer.stopping and writer.ready is True
             writer.changed.notify_all()
+        if not self._waited and not writer.stopping and writer.ready is None:
+            error = WriterDied("WriterDied", f"backend {writer.name!r}: its writer process "
+                               f"ended while starting ({writer.exit_description()})")
+            self.policy.failed_elsewhere(writer.name, "start", error, "in its writer process")
         if writer.dead:
+            why = writer.exit_description() + (f": {writer.ending}" if writer.ending else "")
             error = WriterDied("WriterDied", (
-                f"backend {writer.name!r}: its writer process ended unexpectedly "
-                f"({writer.exit_description()}); calls after its last flush may be lost, the "
-                "other backends carry on"))
+                f"backend {writer.name!r}: its writer process ended unexpectedly ({why}); "
+                "calls after its last flush may be lost, the other backends carry on"))
             self.policy.failed_elsewhere(writer.name, "its writer process", error,
                                          "in its writer process")
 
@@ -365,11 +452,22 @@ class ProcessDispatch(Dispatch):
                 self._one_failed(writer, error, parts)
 
     def _one_failed(self, writer: WriterProcess, error: OSError, parts: list[Any]) -> None:
+        # A writer still starting (writers start behind Monitor(wait=False)) is waited for:
+        # what is logged before it is ready waits in its pipe, never dropped.
+        if (isinstance(error, BlockingIOError) and self.on_full == "drop"
+                and writer.ready is None):
+            try:
+                if _write_while_starting(writer, parts):
+                    return
+            except OSError as later:
+                error = later
         if isinstance(error, BlockingIOError):
-            if self.on_full == "block" or (writer.idle() and _wait_writable(
-                    writer, time.monotonic() + DROP_GRACE_SECONDS)):
-                try:
-                    _write_all(writer.fd, parts, first=True, writer=writer)
+            if self.on_full == "block" or (
+                    writer.idle() and _wait_writable(writer,
+                                                     time.monotonic() + DROP_GRACE_SECONDS)):
+                try:  # "drop" never waits past the grace: no room for the frame, dropped
+                    _write_all(writer.fd, parts, first=True,
+                               writer=writer if self.on_full == "block" else None)
                     return
                 except OSError as later:
                     error = later
@@ -379,7 +477,8 @@ class ProcessDispatch(Dispatch):
                 if self.dropped[writer.name] == 1:
                     report_drop(writer.name, f"its pipe is full (queue_size={self.capacity})")
                 return
-        if not writer.dead:  # a dead writer's calls are counted once, at close
+        if not writer.dead and writer.ready is True:  # a dead writer's calls are counted
+            # once, at close; one that failed to start was reported as that failure
             self.undelivered[writer.name] = self.undelivered.get(writer.name, 0) + 1
             writer.skipped += 1
         self._forget(writer)
@@ -395,9 +494,14 @@ class ProcessDispatch(Dispatch):
         with lock:
             self._marker += 1
             marker = self._marker
-            self._control(("flush", {"marker": marker}))
-        late: dict[str, int] = {}
+            # On the control pipes: never behind data in a full data pipe. The writer places
+            # it after every byte its data pipe held when it read the request.
+            unsent = [writer for writer in self._live
+                      if not writer.control(("flush", {"marker": marker}))]
+        late: dict[str, int] = {writer.name: max(1, self._lost(writer)) for writer in unsent}
         for writer in list(self._live):
+            if writer in unsent:
+                continue
             with writer.changed:
                 while writer.flushed < marker and not writer.dead:
                     left = None if deadline is None else deadline - time.monotonic()
@@ -415,19 +519,17 @@ class ProcessDispatch(Dispatch):
         if late:
             raise FlushTimeout(late, timeout)
 
-    def _control(self, message: tuple[str, dict[str, Any]]) -> None:
-        """Write a control frame to every live writer, waiting for room (never dropped)."""
-        frame = [wire.encode(message)]
-        for writer in list(self._live):
-            try:
-                _write_all(writer.fd, frame, first=True, writer=writer)
-            except OSError:
-                self._forget(writer)
-
     def stop(self) -> None:
-        self._control(("stop", {}))
+        """Every writer is marked stopping before any is sent the stop request (a writer that
+        exits on it is then never taken for a dead one), each on its control pipe, never
+        waiting. The request names SIGTERM when the process is closing on it
+        (``shutdown.terminating``): the writer reports it as the run's end
+        (``monitor_crash``)."""
         for writer in self.writers:
             writer.stopping = True
+        reason = shutdown.terminating
+        for writer in self.writers:
+            writer.control(("stop", {"reason": reason}))
         if self.threads is not None:
             self.threads.stop()
 
@@ -473,8 +575,7 @@ class ProcessDispatch(Dispatch):
         """Kill ``writer`` and reap it."""
         writer.stopping = True
         writer.close_pipe()
-        if writer.process.poll() is None:
-            writer.process.kill()
+        writer.kill()
         writer.process.wait()
 
     def _abandon_all(self) -> None:
@@ -491,11 +592,11 @@ class ProcessDispatch(Dispatch):
         """In a forked child: close the inherited pipes, so that the child neither writes to
         a writer nor keeps one alive; the child never waits for or kills the writers."""
         for writer in self.writers:
-            for fd in (writer.fd, writer.reply_fd):
+            for fd in (writer.fd, writer.control_fd, writer.reply_fd, writer.output_fd):
                 if fd >= 0:
                     with contextlib.suppress(OSError):
                         os.close(fd)
-            writer.fd = -1
+            writer.fd = writer.control_fd = -1
         self.writers, self._live, self._fds = [], [], []
         if self.threads is not None:
             self.threads.forget()
@@ -509,6 +610,30 @@ class _NoLock:
 
     def __exit__(self, *exc: object) -> None:
         return None
+
+
+@contextlib.contextmanager
+def _sigterm_blocked() -> Any:
+    """Block SIGTERM on this thread meanwhile (a SIGTERM that comes is delivered after)."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    try:
+        yield
+    finally:
+        if signal.SIGTERM not in previous:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+
+
+def _pass_on(chunk: bytes) -> None:
+    """A writer's output (an SDK's messages) to this process's ``sys.stderr``."""
+    stream = sys.stderr
+    if stream is None:
+        return
+    with contextlib.suppress(Exception):
+        stream.write(chunk.decode(errors="replace"))
+        stream.flush()
 
 
 def _nothing(**kwargs: Any) -> None:
@@ -561,6 +686,19 @@ def _write_all(fd: int, parts: list[Any], *, first: bool = False,
             views.pop(0)
         if views and written:
             views[0] = views[0][written:]
+
+
+def _write_while_starting(writer: WriterProcess, parts: list[Any]) -> bool:
+    """Wait for room in ``writer``'s pipe while it starts (and lives); whether the frame was
+    written. Once it is ready, a full pipe is the drop policy's business again."""
+    while writer.ready is None and writer.process.poll() is None:
+        select.select([], [writer.fd], [], 0.1)
+        try:
+            _write_all(writer.fd, parts, first=True)
+            return True
+        except BlockingIOError:
+            continue
+    return False
 
 
 def _wait_writable(writer: WriterProcess, deadline: float) -> bool:

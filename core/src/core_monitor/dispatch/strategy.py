@@ -51,6 +51,9 @@ class Dispatch:
     """
 
     mode: ClassVar[str]
+    #: Whether ``start`` returns only once every backend started (``Monitor(wait=...)``);
+    #: only writer processes start behind it, the other modes always wait.
+    wait = True
 
     def __init__(self, policy: Policy, capacity: int, on_full: str) -> None:
         self.policy = policy

@@ -15,8 +15,10 @@ the original class when that class's module is already imported in the training 
 from __future__ import annotations
 
 import builtins
+import contextlib
 import copyreg
 import io
+import os
 import pickle
 import struct
 import sys
@@ -39,9 +41,19 @@ _TABLE = {**copyreg.dispatch_table,
 
 #: The memory a writer shares with the training process: byte 0 is 1 while a hook runs;
 #: bytes 8-15 count the calls handled (what ``close`` counts as undelivered when it gives up on
-#: a hung writer).
-SHARED_BYTES = 16
+#: a hung writer); bytes 16-23 count the bytes read from the data pipe (the room left in it);
+#: bytes 24-31 are the ``time.monotonic()`` at which the running hook started (system-wide on
+#: Linux: a hook stuck for longer than the drop grace makes a full pipe drop at once).
+SHARED_BYTES = 32
 HANDLED = struct.Struct("<Q")
+READ_BYTES_AT = struct.Struct("<Q")
+BUSY_SINCE = struct.Struct("<d")
+
+#: The hook name of a frame that names a spool file holding the real frame: a call too large
+#: for one atomic pipe write (``PIPE_BUF``) is written once into a file, hard-linked once per
+#: writer (``<path>.<writer index>``), and only this small frame crosses the pipes, in the one
+#: pass that reaches every pipe or none.
+SPOOL = "spool"
 
 #: The hook name of a frame holding a ``monitor_write`` batch as its rows (``Batch.rows``).
 WRITE_ROWS = "monitor_write:rows"
@@ -71,6 +83,19 @@ def encode_parts(message: Any) -> list[Any]:
     raws = [buffer.raw() for buffer in buffers]
     head = _pack(len(data), len(raws)) + b"".join(LENGTH.pack(r.nbytes) for r in raws)
     return [head, data, *raws]
+
+
+def read_spool(kwargs: dict[str, Any]) -> Any:
+    """The message of a ``SPOOL`` frame (``{"path": ...}``): read from its file, which is
+    removed (each writer has a link of its own)."""
+    path = kwargs["path"]
+    with open(path, "rb") as spooled:
+        data = spooled.read()
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+    frames = Frames()
+    frames.feed(data)
+    return next(iter(frames))
 
 
 class Frames:

@@ -1,25 +1,45 @@
-"""A backend's writer process: ``python -m core_monitor.dispatch.writer DATA REPLY BUSY``.
+"""A backend's writer process: ``python -m core_monitor.dispatch.writer DATA CONTROL REPLY
+SHARED``.
 
 Started by ``core_monitor.dispatch.processes`` (a fresh interpreter, never ``multiprocessing``,
 which would import the user's ``__main__`` again), one per backend. It reads frames
 (``core_monitor.dispatch.wire``) from the pipe ``DATA``: first the start frame (the backend's
 class by module path, the ``RunInfo``, the options), then one frame per hook call, in the
-order logged. It answers on the pipe ``REPLY``: ready or the start failure, each hook failure,
-each warning, each flush done. ``BUSY`` is a small shared memory: a flag set while a hook
-runs, and the count of calls handled.
+order logged; a call too large for one atomic pipe write arrives as a small frame naming a
+spool file (``wire.SPOOL``). Flush and stop requests arrive on the pipe ``CONTROL``, so they
+never wait behind data in a full ``DATA`` pipe. It answers on the pipe ``REPLY``: ready or the
+start failure, each hook failure, each warning, each flush done. ``SHARED`` is a small shared
+memory (``wire.SHARED_BYTES``): whether a hook runs and since when, the calls handled and the
+bytes read from ``DATA``.
 
-The training process's death is noticed by end of input (every copy of the pipe's write end is
-closed) and by its parent process id changing. Then the writer writes what is left in the pipe,
-flushes, calls the backend's ``monitor_crash`` hook, closes it and exits, within
-``DRAIN_SECONDS`` (a watchdog ends it then). It ignores SIGINT (a Ctrl-C in the terminal is the
-training process's business) and runs in a session of its own, so signals sent to the training
-job's process group do not cut a drain short; after start-up it lowers its CPU priority (and
-that of the processes its SDK started) by ``NICE``.
+Two threads:
 
-Reading: the pipe is read without blocking, every ``POLL_SECONDS`` while calls keep coming
-(a write into a pipe nobody waits on costs the training process no wake-up), at once again
-after a read of ``BUSY_BYTES`` or more, and blocking (with a look at the parent every second)
-after ``IDLE_SECONDS`` without any call.
+* the reader reads ``DATA`` as soon as bytes arrive (blocking in ``select``, no polling) into
+  an in-memory inbox of at most one pipe's worth, so a backend's drain rate is bounded by the
+  backend, never by an interval; it reads ``CONTROL`` and places a flush or stop request in
+  the inbox after every byte ``DATA`` held when the request was read (what was logged before
+  the request); and it watches the training process (its parent) and SIGTERM;
+* the main thread constructs the backend, then takes the inbox in order and calls the hooks.
+
+How it ends:
+
+* a stop request: everything logged before it is written, then flush and close (with
+  ``monitor_crash`` first when the request carries a reason: the training process is closing
+  on SIGTERM);
+* the training process's death (end of ``DATA``, or the parent process id changing): what is
+  left is written, then flush, ``monitor_crash`` (the reason), close;
+* SIGTERM (a scheduler's preemption signals every process of the job): the writer keeps
+  serving the training process, which is closing its monitor on the same signal; if no stop
+  request came within ``TERM_SECONDS``, it writes what the pipe holds and ends as after a
+  death, the reason naming SIGTERM. SIGTERM is blocked on the main thread, hence in every
+  thread and process the SDK starts (wandb's service is a Go program, which unblocks it: it
+  dies of a job-wide SIGTERM with what it had not written).
+
+The reader thread ends the process (``os._exit(3)``) ``DRAIN_SECONDS`` after a death or
+SIGTERM was seen, even when the main thread is stuck inside a hook. The writer ignores SIGINT
+(a Ctrl-C in the terminal is the training process's business), runs in a session of its own,
+writes its output to pipes of its own (forwarded by the training process), and after start-up
+lowers its CPU priority (and that of the processes its SDK started) by ``NICE``.
 """
 
 from __future__ import annotations
@@ -34,6 +54,7 @@ import sys
 import threading
 import time
 import warnings
+from collections import deque
 from typing import Any
 
 from .. import shutdown
@@ -42,36 +63,77 @@ from ..media import MediaRoutes
 from ..resume import backend_state
 from . import wire
 from .backends import Backend, new_manager, start_backend
-from .wire import HANDLED, SHARED_BYTES
+from .wire import BUSY_SINCE, HANDLED, READ_BYTES_AT, SHARED_BYTES
 
-#: Seconds between non-blocking reads while calls keep coming.
-POLL_SECONDS = 0.02
-#: A read at least this large is followed by another one at once (the trainer is bursting).
-BUSY_BYTES = 64 * 1024
-#: Seconds without a call before the writer blocks on the pipe.
-IDLE_SECONDS = 0.5
 #: Bytes read at most at once.
 READ_BYTES = 1 << 20
-#: Seconds a writer takes at most, once the training process died, to write what is left,
-#: flush and close (the watchdog then ends it): the limit of ``shutdown.EXIT_TIMEOUT``.
+#: Seconds a writer takes at most, once the training process died or SIGTERM came, to write
+#: what is left, flush and close (the reader thread then ends it): ``shutdown.EXIT_TIMEOUT``.
 DRAIN_SECONDS = shutdown.EXIT_TIMEOUT
+#: Seconds after SIGTERM that the writer waits for the training process's stop request before
+#: it ends by itself (the training process closes its monitor on the same signal).
+TERM_SECONDS = 5.0
+#: Seconds between the reader thread's looks at the parent process and the clock.
+WATCH_SECONDS = 0.25
 #: How much lower than the training process a writer runs (``os.nice``).
 NICE = 10
+#: What the reader writes into its own wake-up pipe (a signal writes its number).
+_WAKE = b"\0"
 
+
+class Inbox:
+    """What the reader thread hands the main thread, in order: ``("data", bytes)``,
+    ``("control", message)`` and ``("end", reason)`` items, at most ``limit`` data bytes."""
+
+    def __init__(self, limit: int) -> None:
+        self.items: deque[tuple[str, Any]] = deque()
+        self.bytes = 0
+        self.limit = limit
+        self.changed = threading.Condition()
+
+    def put(self, kind: str, value: Any) -> None:
+        with self.changed:
+            self.items.append((kind, value))
+            if kind == "data":
+                self.bytes += len(value)
+            self.changed.notify_all()
+
+    def full(self) -> bool:
+        return self.bytes >= self.limit
+
+    def take(self, timeout: float) -> list[tuple[str, Any]]:
+        """Everything held, waiting up to ``timeout`` seconds for something."""
+        with self.changed:
+            if not self.items:
+                self.changed.wait(timeout)
+            taken = list(self.items)
+            self.items.clear()
+            self.bytes = 0
+            return taken
 
 
 class Writer:
-    """The writer's state: the pipes, the backend, the frame reader."""
+    """The writer's state: the pipes, the backend, the inbox."""
 
-    def __init__(self, data_fd: int, reply_fd: int, busy_fd: int) -> None:
+    def __init__(self, data_fd: int, control_fd: int, reply_fd: int, shared_fd: int) -> None:
         self.data_fd = data_fd
+        self.control_fd = control_fd
         self.reply_fd = reply_fd
-        self.busy = mmap.mmap(busy_fd, SHARED_BYTES) if busy_fd >= 0 else None
+        self.shared = mmap.mmap(shared_fd, SHARED_BYTES) if shared_fd >= 0 else None
         self.frames = wire.Frames()
         self.backend: Backend | None = None
-        self.handled = 0  # hook calls handled (replied with flushes, for the undelivered count)
+        self.handled = 0  # hook calls handled (the undelivered count of a killed writer)
+        self.read_bytes = 0
         self.parent = os.getppid()
         self.replies_broken = False
+        self.reply_lock = threading.Lock()
+        self.inbox = Inbox(_pipe_size(data_fd))
+        self.wake_read, self.wake_write = os.pipe()
+        os.set_blocking(self.wake_write, False)
+        #: Why the writer ends without a stop request (set by the reader thread), if it does.
+        self.ending: str | None = None
+        self.deadline: float | None = None  # when the reader thread ends the process
+        self.backlog: list[tuple[str, Any]] = []  # inbox items that came with the start frame
 
     # Replies -----------------------------------------------------------------------------
 
@@ -80,32 +142,130 @@ class Writer:
         if self.replies_broken:
             return
         frame = memoryview(wire.encode(message))
-        try:
-            while frame:
-                frame = frame[os.write(self.reply_fd, frame):]
-        except OSError:
-            self.replies_broken = True
+        with self.reply_lock:
+            try:
+                while frame:
+                    frame = frame[os.write(self.reply_fd, frame):]
+            except OSError:
+                self.replies_broken = True
 
     def forward_warning(self, message: Warning | str, category: type[Warning], filename: str,
                         lineno: int, file: Any = None, line: str | None = None) -> None:
         """``warnings.showwarning`` in the writer: the training process issues it."""
         self.reply("warning", *wire.warning_parts(message, category))
 
+    # The reader thread ---------------------------------------------------------------------
+
+    def read_forever(self) -> None:
+        """The reader thread (module docstring); never returns before the process ends."""
+        if hasattr(signal, "pthread_sigmask"):  # started with it blocked (processes.py)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+        os.set_blocking(self.data_fd, False)
+        os.set_blocking(self.control_fd, False)
+        controls = wire.Frames()
+        data_open = control_open = True
+        waiting: list[Any] = []  # control requests read, placed once DATA is drained
+        pending_end: str | None = None  # why the writer ends, placed once DATA is drained
+        term_at: float | None = None
+        stopped = False  # a stop request came: the training process waits for this writer
+        while True:
+            watch = [self.wake_read]
+            if control_open:
+                watch.append(self.control_fd)
+            if data_open and not self.inbox.full():
+                watch.append(self.data_fd)
+            ready = select.select(watch, [], [], WATCH_SECONDS)[0]
+            now = time.monotonic()
+            if self.wake_read in ready:
+                woken = os.read(self.wake_read, 64)
+                if signal.SIGTERM in woken and term_at is None:
+                    term_at = now
+                    self.deadline = now + TERM_SECONDS + DRAIN_SECONDS
+            if self.control_fd in ready:
+                chunk = os.read(self.control_fd, 1 << 16)
+                if chunk:
+                    controls.feed(chunk)
+                    for request in controls:
+                        stopped = stopped or request[0] == "stop"
+                        waiting.append(request)
+                else:
+                    control_open = False
+            if data_open and (self.data_fd in ready or waiting or pending_end):
+                data_open = self.drain_data()
+            drained = not data_open or (not self.inbox.full() and not self.more_data())
+            if waiting and drained:
+                for request in waiting:  # after everything logged before it
+                    self.inbox.put("control", request)
+                waiting = []
+            if stopped and self.deadline is None and os.getppid() != self.parent:
+                self.deadline = now + DRAIN_SECONDS  # it died while closing the monitor
+            if self.ending is None and not stopped:
+                if not data_open and not control_open:
+                    self.ending = self.death("its end of the pipe closed")
+                elif os.getppid() != self.parent:
+                    self.ending = self.death("it is no longer this writer's parent")
+                elif term_at is not None and now - term_at >= TERM_SECONDS:
+                    self.ending = (
+                        "the writer received SIGTERM (the job was terminated, e.g. preempted) "
+                        f"and the training process did not close the monitor within "
+                        f"{TERM_SECONDS:.0f} s")
+                if self.ending is not None:
+                    pending_end = self.ending
+                    self.deadline = min(self.deadline or now + DRAIN_SECONDS,
+                                        now + DRAIN_SECONDS)
+            if pending_end is not None and drained:
+                self.inbox.put("end", pending_end)
+                pending_end = None
+            if self.deadline is not None and now >= self.deadline:
+                os._exit(3)  # stuck in a hook past the drain limit
+
+    def death(self, seen: str) -> str:
+        """What ``monitor_crash`` is told when the training process is gone."""
+        return (f"the training process (pid {self.parent}) ended without closing the monitor "
+                f"({seen})")
+
+    def drain_data(self) -> bool:
+        """Read ``DATA`` until it is empty or the inbox full; ``False`` at its end."""
+        while not self.inbox.full():
+            try:
+                chunk = os.read(self.data_fd, READ_BYTES)
+            except BlockingIOError:
+                return True
+            if not chunk:
+                self.inbox.put("end", None)
+                return False
+            self.read_bytes += len(chunk)
+            if self.shared is not None:
+                READ_BYTES_AT.pack_into(self.shared, 16, self.read_bytes)
+            self.inbox.put("data", chunk)
+        return True
+
+    def more_data(self) -> bool:
+        """Whether ``DATA`` holds bytes not read yet (or its end)."""
+        return bool(select.select([self.data_fd], [], [], 0)[0])
+
     # Start -------------------------------------------------------------------------------
 
-    def read_message(self) -> Any:
-        """Block until one whole frame arrived; ``None`` at end of input."""
+    def read_start(self) -> Any:
+        """Block until the start frame arrived; ``None`` when the training process ended
+        first. What arrives after it waits in ``backlog``."""
         while True:
             for message in self.frames:
                 return message
-            chunk = os.read(self.data_fd, READ_BYTES)
-            if not chunk:
-                return None
-            self.frames.feed(chunk)
+            items = self.inbox.take(1.0)
+            while items:
+                kind, value = items.pop(0)
+                if kind == "data":
+                    self.frames.feed(value)
+                    for message in self.frames:
+                        self.backlog = items
+                        return message
+                elif kind == "end" and value is not None:
+                    return None
 
     def start(self) -> bool:
         """Construct the backend from the start frame; reply ready or the failure."""
-        message = self.read_message()
+        message = self.read_start()
         if message is None:
             return False
         _, module, qualname, name, run, options = message
@@ -122,66 +282,40 @@ class Writer:
         self.reply("ready", {"state": backend_state(backend.instance)})
         return True
 
-    # The loop ----------------------------------------------------------------------------
+    # The main loop ------------------------------------------------------------------------
 
     def run(self) -> str | None:
-        """Handle frames until the stop frame (returns ``None``) or the training process's
-        death (returns what was seen)."""
-        os.set_blocking(self.data_fd, False)
-        active = time.monotonic()
+        """Handle the inbox until a stop request (returns ``None``, or the reason it carries)
+        or the training process's death or SIGTERM (returns what was seen)."""
+        self.handle_frames()  # those that came with the start frame
+        items, self.backlog = self.backlog, []
         while True:
-            try:
-                chunk = os.read(self.data_fd, READ_BYTES)
-            except BlockingIOError:
-                chunk = None
-            if chunk == b"":
-                return self.death("its end of the pipe closed")
-            if chunk:
-                self.frames.feed(chunk)
-                if self.handle_all():
-                    return None
-                active = time.monotonic()
-                if len(chunk) >= BUSY_BYTES:
-                    continue
-            if os.getppid() != self.parent:
-                return self.death("it is no longer this writer's parent")
-            if time.monotonic() - active < IDLE_SECONDS:
-                time.sleep(POLL_SECONDS)
-            else:
-                select.select([self.data_fd], [], [], 1.0)
+            for kind, value in items:
+                if kind == "data":
+                    self.frames.feed(value)
+                    self.handle_frames()
+                elif kind == "control":
+                    hook, kwargs = value
+                    if hook == "stop":
+                        return kwargs.get("reason")
+                    self.call("monitor_flush", {})
+                    self.reply("flushed", kwargs["marker"], self.handled)
+                elif value is not None:  # "end", None is only the end of DATA
+                    return value
+            if items:
+                with contextlib.suppress(OSError):
+                    os.write(self.wake_write, _WAKE)  # room in the inbox again
+            items = self.inbox.take(1.0)
 
-    def death(self, seen: str) -> str:
-        """The training process is gone: take what is left in the pipe (all of it, however
-        long it takes, within the watchdog's ``DRAIN_SECONDS``)."""
-        threading.Thread(target=_watchdog, daemon=True).start()
-        os.set_blocking(self.data_fd, False)
-        while True:
-            try:
-                chunk = os.read(self.data_fd, READ_BYTES)
-            except BlockingIOError:
-                break  # a forked copy of the write end may live on: what is there is all
-            if not chunk:
-                break
-            self.frames.feed(chunk)
-        if self.handle_all():
-            return ""  # it had asked to stop after all
-        return (f"the training process (pid {self.parent}) ended without closing the "
-                f"monitor ({seen})")
-
-    def handle_all(self) -> bool:
-        """Handle every complete frame held; ``True`` at the stop frame."""
+    def handle_frames(self) -> None:
+        """Handle every complete frame held."""
         for hook, kwargs in self.frames:
-            if hook == "stop":
-                return True
-            if hook == "flush":
-                self.call("monitor_flush", {})
-                self.reply("flushed", kwargs["marker"], self.handled)
-                continue
+            if hook == wire.SPOOL:
+                hook, kwargs = wire.read_spool(kwargs)
             self.handled += 1
             if hook == wire.WRITE_ROWS:
                 hook, kwargs = "monitor_write", {"events": Batch(kwargs)}
             self.call(hook, kwargs)
-        return False
 
     def call(self, hook: str, kwargs: dict[str, Any]) -> None:
         """Call the backend's ``hook``; a failure is replied, never raised."""
@@ -189,17 +323,18 @@ class Writer:
         function = self.backend.hooks.get(hook)
         if function is None:
             return
-        busy = self.busy
-        if busy is not None:
-            busy[0] = 1
+        shared = self.shared
+        if shared is not None:
+            BUSY_SINCE.pack_into(shared, 24, time.monotonic())
+            shared[0] = 1
         try:
             function(**kwargs)
         except Exception as error:
             self.reply("failed", hook, wire.exception_parts(error))
         finally:
-            if busy is not None:
-                busy[0] = 0
-                HANDLED.pack_into(busy, 8, self.handled)
+            if shared is not None:
+                shared[0] = 0
+                HANDLED.pack_into(shared, 8, self.handled)
 
     def finish(self, crash: str | None) -> None:
         """Flush, report a crash (``monitor_crash``), close; reply closed."""
@@ -210,9 +345,14 @@ class Writer:
         self.reply("closed", self.handled)
 
 
-def _watchdog() -> None:
-    time.sleep(DRAIN_SECONDS)
-    os._exit(3)
+def _pipe_size(fd: int) -> int:
+    """The capacity of the pipe ``fd`` in bytes (64 KiB where it cannot be read)."""
+    try:
+        import fcntl
+
+        return max(1 << 12, fcntl.fcntl(fd, getattr(fcntl, "F_GETPIPE_SZ", 1032)))
+    except (ImportError, OSError):
+        return 1 << 16
 
 
 def lower_priority() -> None:
@@ -239,16 +379,34 @@ def lower_priority() -> None:
                     os.PRIO_PROCESS, pid)))
 
 
+def _ignore_signal(signum: int, frame: Any) -> None:
+    """SIGTERM's Python-level handler: nothing (the reader thread saw it on the wake-up
+    pipe, where the C-level handler wrote its number, whatever the main thread is doing)."""
+
+
 def main(argv: list[str]) -> int:
     """Run one writer (module docstring); the exit status is 0 unless the start failed."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    data_fd, reply_fd, busy_fd = (int(arg) for arg in argv[:3])
-    writer = Writer(data_fd, reply_fd, busy_fd)
+    data_fd, control_fd, reply_fd, shared_fd = (int(arg) for arg in argv[:4])
+    writer = Writer(data_fd, control_fd, reply_fd, shared_fd)
+    signal.signal(signal.SIGTERM, _ignore_signal)
+    signal.set_wakeup_fd(writer.wake_write, warn_on_full_buffer=False)
     warnings.showwarning = writer.forward_warning
+    threading.Thread(target=writer.read_forever, daemon=True,
+                     name="core_monitor:reader").start()
+    # SIGTERM reaches this process through the reader thread only: blocked on the main thread,
+    # it is blocked in every thread and process the SDK starts from here on (a signal mask is
+    # inherited across fork and exec). A scheduler signals every process of the job at once;
+    # an SDK's helper (wandb's service) that died of it would lose the calls still on their
+    # way to it. They end when the writer closes the backend, or with the job's SIGKILL.
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     if not writer.start():
         return 1
     lower_priority()
     crash = writer.run()
+    if crash:
+        writer.reply("ending", crash)  # why it ends, for the report of a writer not asked to
     writer.finish(crash)
     return 0
 

@@ -1,0 +1,164 @@
+"""A job terminated by its scheduler: SIGTERM to every process of the job at once (Slurm's
+``scancel``, its time limit and preemption signal every process of the job step; SIGKILL follows
+after ``KillWait``, 30 s by default). No accepted row is lost in any backend, and the run shows
+how it ended. Read back from each tracker's own storage."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import jsonl_monitor
+import pytest
+from faulty_monitor import read_calls, read_steps
+from trackers import FOUR, READERS
+
+import mlflow_monitor
+import tensorboard_monitor
+import trackio_monitor
+import wandb_monitor
+from core_monitor import Monitor, RunInfo
+from core_monitor.dispatch.writer import TERM_SECONDS
+from core_monitor.errors import BackendWarning
+
+STEPS, TAGS = 300, 10
+#: Seconds every process of the job gets to end after the SIGTERM (Slurm's default KillWait).
+SLURM_KILL_WAIT = 30.0
+
+pytestmark = [pytest.mark.process,
+              pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals and ps")]
+
+TRAIN = """
+import json, os, sys, time
+from core_monitor import Monitor
+
+log_dir = sys.argv[1]
+monitor = Monitor(["trackio", "tensorboard", "wandb", "mlflow"], project="term", name="job",
+                  log_dir=log_dir, dispatch="process")
+for step in range(300):
+    monitor.log({f"m{i}": step + i / 8 for i in range(10)}, step=step)
+print(json.dumps({"logged": os.getpid()}), flush=True)
+time.sleep(600)
+"""
+
+
+def descendants(pid: int) -> list[int]:
+    """``pid``'s child processes, their children, and so on (``ps``)."""
+    listing = subprocess.run(["ps", "-A", "-o", "pid=,ppid="], capture_output=True, text=True,
+                             check=True).stdout
+    children: dict[int, list[int]] = {}
+    for line in listing.splitlines():
+        child, parent = (int(field) for field in line.split())
+        children.setdefault(parent, []).append(child)
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` is a process that has not ended (a zombie has ended)."""
+    state = subprocess.run(["ps", "-o", "stat=", "-p", str(pid)], capture_output=True,
+                           text=True).stdout.strip()
+    return bool(state) and not state.startswith("Z")
+
+
+def expected_rows() -> list[tuple[str, int, float]]:
+    return sorted((f"m{i}", step, step + i / 8) for step in range(STEPS) for i in range(TAGS))
+
+
+#: Backends whose SDK runs a helper process that dies of the job's SIGTERM, losing what it had
+#: not written yet: wandb's service (``wandb-core``, a Go program: the Go runtime never lets
+#: SIGTERM stay blocked or ignored, so the writer cannot shield it). What is stored is whole
+#: steps, and the run still ends marked crashed.
+HELPER_DIES = {"wandb"}
+
+
+@pytest.mark.parametrize("delivery", ["group", "job"])
+def test_sigterm_to_the_job_loses_no_row(tmp_path, delivery):
+    """``group``: ``kill -TERM -- -PGID`` of the training process's group (writers run in
+    sessions of their own, so only the training process gets it); ``job``: every process of
+    the job at once, as Slurm delivers it (the writers, and what their SDKs started)."""
+    log_dir = tmp_path / "runs"
+    trainer = subprocess.Popen([sys.executable, "-c", textwrap.dedent(TRAIN), str(log_dir)],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               cwd=tmp_path, start_new_session=True)
+    assert trainer.stdout is not None
+    seen = []
+    for line in trainer.stdout:
+        seen.append(line)
+        if line.startswith('{"logged"'):
+            break
+    else:
+        trainer.stdout.close()
+        pytest.fail("".join(seen)[-4000:])
+    job = [trainer.pid, *descendants(trainer.pid)]  # the writers and what their SDKs started
+    assert len(job) > len(FOUR)
+    sent = time.monotonic()
+    if delivery == "group":
+        os.killpg(trainer.pid, signal.SIGTERM)
+    else:
+        for pid in job:
+            os.kill(pid, signal.SIGTERM)
+    rest = trainer.stdout.read()
+    trainer.stdout.close()
+    code = trainer.wait(timeout=SLURM_KILL_WAIT)
+    assert code == -signal.SIGTERM, "".join(seen) + rest
+    left = [pid for pid in job if alive(pid)]
+    while left and time.monotonic() - sent < SLURM_KILL_WAIT:
+        time.sleep(0.1)
+        left = [pid for pid in left if alive(pid)]
+    assert not left, f"{left} still running {SLURM_KILL_WAIT:g} s after SIGTERM"
+
+    run = RunInfo(project="term", name="job", log_dir=log_dir)
+    for name, read in READERS.items():
+        rows = sorted(read(run))
+        if delivery == "job" and name in HELPER_DIES:
+            steps = {step for _, step, _ in rows}
+            assert set(rows) <= set(expected_rows()), name
+            assert len(rows) == TAGS * len(steps), name  # whole calls only
+        else:
+            assert rows == expected_rows(), name
+    reason = f"the training process (pid {trainer.pid}) received SIGTERM"
+    if delivery == "group":  # else its service died before the exit record (HELPER_DIES)
+        assert wandb_monitor.read_exit_code(run) == wandb_monitor.CRASH_EXIT_CODE
+    found = mlflow_monitor.find_run(run)
+    assert found.info.status == "FAILED"
+    assert found.data.tags[mlflow_monitor.CRASH_TAG].startswith(reason)
+    alerts = trackio_monitor.read_alerts(run)
+    assert [(level, title, step) for level, title, _, step in alerts] == [
+        ("error", trackio_monitor.CRASH_ALERT_TITLE, STEPS - 1)]
+    assert alerts[0][2].startswith(reason)
+    texts = [(tag, step, value.text) for tag, step, value in tensorboard_monitor.read_media(run)]
+    assert [(tag, step) for tag, step, _ in texts] == [(tensorboard_monitor.CRASH_TAG, STEPS - 1)]
+    assert texts[0][2].startswith(reason)
+
+
+def test_sigterm_to_one_writer_drains_it(tmp_path):
+    monitor = Monitor(["faulty", "jsonl"], project="p", name="r", log_dir=tmp_path,
+                      dispatch="process")
+    for step in range(STEPS):
+        monitor.log({"loss": float(step)}, step=step)
+    writer = next(w for w in monitor._dispatch.writers if w.name == "faulty")
+    writer.process.send_signal(signal.SIGTERM)
+    # It waits TERM_SECONDS for this process to close the monitor, then ends by itself.
+    writer.process.wait(timeout=TERM_SECONDS + 60)
+    assert writer.process.returncode == 0
+    with pytest.warns(BackendWarning, match=r"'faulty' failed .*WriterDied.*SIGTERM"):
+        monitor.log({"loss": -1.0}, step=STEPS)
+    with pytest.warns(BackendWarning, match=r"'faulty': 1 call\(s\) were not delivered"):
+        monitor.close()
+    assert monitor.undelivered == {"faulty": 1}  # the call after it ended, exactly
+    assert read_steps(monitor.run) == list(range(STEPS))
+    calls = read_calls(monitor.run)
+    assert [hook for hook, _ in calls] == ["start", "flush", "crash", "close"]
+    assert "received SIGTERM" in calls[2][1]
+    # The other writer never got the signal: it got every call, the last one too.
+    assert jsonl_monitor.read_rows(monitor.run) == [
+        ("loss", step, float(step)) for step in range(STEPS)] + [("loss", STEPS, -1.0)]
