@@ -5,6 +5,7 @@ how it ended. Read back from each tracker's own storage."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -15,8 +16,9 @@ import time
 import jsonl_monitor
 import pytest
 from faulty_monitor import read_calls, read_steps
-from trackers import FOUR, READERS
+from trackers import BACKENDS, READERS
 
+import csv_monitor
 import mlflow_monitor
 import tensorboard_monitor
 import trackio_monitor
@@ -37,8 +39,8 @@ import json, os, sys, time
 from core_monitor import Monitor
 
 log_dir = sys.argv[1]
-monitor = Monitor(["trackio", "tensorboard", "wandb", "mlflow"], project="term", name="job",
-                  log_dir=log_dir, dispatch="process")
+monitor = Monitor(json.loads(sys.argv[2]), project="term", name="job", log_dir=log_dir,
+                  dispatch="process")
 for step in range(300):
     monitor.log({f"m{i}": step + i / 8 for i in range(10)}, step=step)
 print(json.dumps({"logged": os.getpid()}), flush=True)
@@ -86,7 +88,8 @@ def test_sigterm_to_the_job_loses_no_row(tmp_path, delivery):
     sessions of their own, so only the training process gets it); ``job``: every process of
     the job at once, as Slurm delivers it (the writers, and what their SDKs started)."""
     log_dir = tmp_path / "runs"
-    trainer = subprocess.Popen([sys.executable, "-c", textwrap.dedent(TRAIN), str(log_dir)],
+    trainer = subprocess.Popen([sys.executable, "-c", textwrap.dedent(TRAIN), str(log_dir),
+                                json.dumps(BACKENDS)],
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                cwd=tmp_path, start_new_session=True)
     assert trainer.stdout is not None
@@ -99,7 +102,7 @@ def test_sigterm_to_the_job_loses_no_row(tmp_path, delivery):
         trainer.stdout.close()
         pytest.fail("".join(seen)[-4000:])
     job = [trainer.pid, *descendants(trainer.pid)]  # the writers and what their SDKs started
-    assert len(job) > len(FOUR)
+    assert len(job) > len(BACKENDS)
     sent = time.monotonic()
     if delivery == "group":
         os.killpg(trainer.pid, signal.SIGTERM)
@@ -138,6 +141,8 @@ def test_sigterm_to_the_job_loses_no_row(tmp_path, delivery):
     texts = [(tag, step, value.text) for tag, step, value in tensorboard_monitor.read_media(run)]
     assert [(tag, step) for tag, step, _ in texts] == [(tensorboard_monitor.CRASH_TAG, STEPS - 1)]
     assert texts[0][2].startswith(reason)
+    status = csv_monitor.read_status(csv_monitor.run_dir(run))
+    assert status is not None and status.startswith(f"crashed: {reason}")
 
 
 def test_sigterm_to_one_writer_drains_it(tmp_path):
