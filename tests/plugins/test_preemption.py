@@ -16,13 +16,8 @@ import time
 import jsonl_monitor
 import pytest
 from faulty_monitor import read_calls, read_steps
-from trackers import BACKENDS, READERS
+from trackers import BACKENDS, READERS, assert_crash_marks
 
-import csv_monitor
-import mlflow_monitor
-import tensorboard_monitor
-import trackio_monitor
-import wandb_monitor
 from core_monitor import Monitor, RunInfo
 from core_monitor.dispatch.writer import TERM_SECONDS
 from core_monitor.errors import BackendWarning
@@ -129,20 +124,8 @@ def test_sigterm_to_the_job_loses_no_row(tmp_path, delivery):
         else:
             assert rows == expected_rows(), name
     reason = f"the training process (pid {trainer.pid}) received SIGTERM"
-    if delivery == "group":  # else its service died before the exit record (HELPER_DIES)
-        assert wandb_monitor.read_exit_code(run) == wandb_monitor.CRASH_EXIT_CODE
-    found = mlflow_monitor.find_run(run)
-    assert found.info.status == "FAILED"
-    assert found.data.tags[mlflow_monitor.CRASH_TAG].startswith(reason)
-    alerts = trackio_monitor.read_alerts(run)
-    assert [(level, title, step) for level, title, _, step in alerts] == [
-        ("error", trackio_monitor.CRASH_ALERT_TITLE, STEPS - 1)]
-    assert alerts[0][2].startswith(reason)
-    texts = [(tag, step, value.text) for tag, step, value in tensorboard_monitor.read_media(run)]
-    assert [(tag, step) for tag, step, _ in texts] == [(tensorboard_monitor.CRASH_TAG, STEPS - 1)]
-    assert texts[0][2].startswith(reason)
-    status = csv_monitor.read_status(csv_monitor.run_dir(run))
-    assert status is not None and status.startswith(f"crashed: {reason}")
+    # job: wandb's service died before its exit record (HELPER_DIES)
+    assert_crash_marks(run, reason, STEPS - 1, wandb=delivery == "group")
 
 
 def test_sigterm_to_one_writer_drains_it(tmp_path):
