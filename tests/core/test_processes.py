@@ -376,9 +376,13 @@ def test_flush_and_close_keep_their_deadline_whatever_a_hung_writers_pipe_holds(
 @pytest.mark.parametrize("slow_first", [True, False])
 def test_backends_that_keep_up_never_drop_beside_a_slow_one(make, slow_first):
     """The case of issue 34: ``queue_size=8``, ``on_full="drop"``, a backend taking 20 ms per
-    write beside Trackio, wandb and jsonl, 300 calls as fast as they come. A writer reads its
-    pipe as soon as bytes arrive, so only the slow backend drops, and counts exactly."""
-    fast = ["jsonl", "trackio", "wandb"]
+    write beside Trackio, TensorBoard and jsonl, 300 calls as fast as they come. A writer reads
+    its pipe as soon as bytes arrive, so only the slow backend drops, and counts exactly.
+
+    wandb is not among the fast ones: one of its hooks now and then takes longer than the 50 ms
+    drop grace on a loaded 2-core machine (its Go service shares the cores), and a call that
+    finds the pipe full then is rightly dropped; seen with the newest wandb on Python 3.13."""
+    fast = ["jsonl", "trackio", "tensorboard"]
     order = ["faulty", *fast] if slow_first else [*fast, "faulty"]
     monitor = make(order, dispatch="process", queue_size=8, on_full="drop",
                    faulty={"delay": 0.02})
@@ -392,7 +396,7 @@ def test_backends_that_keep_up_never_drop_beside_a_slow_one(make, slow_first):
     assert monitor.failures == {}
     assert len(set(read_steps(monitor.run))) + monitor.dropped["faulty"] == 300
     assert sorted(set(jsonl_steps(monitor))) == list(range(300))
-    for name in ("trackio", "wandb"):
+    for name in ("trackio", "tensorboard"):
         steps = [step for _, step, _ in READERS[name](monitor.run)]
         assert sorted(steps) == sorted(list(range(300)) * 10), name
 
