@@ -156,11 +156,12 @@ def test_a_failing_sdk_check_is_a_backend_load_error_from_the_core(tmp_path, dis
         from outdated_plugin import OutdatedMonitor
         try:
             Monitor([OutdatedMonitor], project="p", log_dir=sys.argv[1], strict=True,
-                    dispatch={dispatch!r})
+                    dispatch={dispatch!r}, wait=True)
         except (BackendError, BackendLoadError) as error:
             print("ERROR", type(error).__name__, error)
     """, tmp_path, env={"PYTHONPATH": str(tmp_path)})
-    # In a writer process the BackendLoadError is raised there and reaches the caller as the
+    # In a writer process the BackendLoadError is raised there (only the SDK's import shows it:
+    # wait=True makes Monitor() wait for that start) and reaches the caller as the
     # BackendError of a failed start, with the same message.
     kind = "BackendError" if dispatch == "process" else "BackendLoadError"
     assert f"ERROR {kind} backend 'outdated'" in done.stdout, done.stdout + done.stderr

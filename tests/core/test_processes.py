@@ -152,10 +152,11 @@ def test_a_hung_backend_is_given_up_on_at_the_close_timeout_and_named(make):
     assert gone(pid, 5)  # killed and reaped, not left behind
 
 
-def test_a_bad_option_value_raises_at_start_with_the_backends_own_error(make, tmp_path):
+def test_with_wait_a_start_failure_raises_in_monitor_with_the_backends_own_error(make, tmp_path):
+    # faulty refuses bad=True in its constructor, in the writer: only the start sees it.
     with pytest.raises(ConfigError, match=r"faulty: bad=True is not a value this backend "
                                           r"accepts; pass bad=False"):
-        make(faulty={"bad": True})
+        make(faulty={"bad": True}, wait=True)
     assert read_rows(RunInfo(project="p", name="r", log_dir=tmp_path)) == []
 
 
@@ -230,6 +231,33 @@ elif how == "segfault":
 '''
 
 
+KILLED_WHILE_STARTING = f'''
+import os, signal, sys
+from core_monitor import Monitor
+monitor = Monitor(["faulty", "jsonl"], project="p", name="r", log_dir=sys.argv[1],
+                  faulty={{"start_delay": {DRAIN_SECONDS + 5.0}}})
+for step in range(300):
+    monitor.log({{"x": float(step)}}, step=step)
+os.kill(os.getpid(), signal.SIGKILL)
+'''
+
+
+@pytest.mark.heavy
+def test_a_trainer_killed_while_a_writer_starts_loses_nothing_past_the_drain_limit(tmp_path):
+    """Writers start behind Monitor(): a trainer may die while one still imports its SDK. Its
+    drain limit counts from the end of its start, so a start longer than the limit (faulty
+    sleeps DRAIN_SECONDS + 5 s in its constructor) still writes every call."""
+    done = run_python(KILLED_WHILE_STARTING, tmp_path, check=False, timeout=120)
+    assert done.returncode == -signal.SIGKILL
+    run = RunInfo(project="p", name="r", log_dir=tmp_path)
+    deadline = time.monotonic() + DRAIN_SECONDS + 60
+    while "close" not in [hook for hook, _ in read_calls(run)]:
+        assert time.monotonic() < deadline, read_calls(run)
+        time.sleep(0.2)
+    assert read_steps(run) == list(range(300))
+    assert [hook for hook, _ in read_calls(run)][-3:] == ["flush", "crash", "close"]
+
+
 @pytest.mark.heavy
 @pytest.mark.parametrize("how", ["kill", "exit", "segfault"])
 def test_a_dead_training_process_loses_no_row_and_the_writer_marks_the_crash(tmp_path, how):
@@ -237,8 +265,9 @@ def test_a_dead_training_process_loses_no_row_and_the_writer_marks_the_crash(tmp
     assert done.returncode != 0
     run = RunInfo(project="p", name="r", log_dir=tmp_path)
     deadline = time.monotonic() + 60
-    while "close" not in [hook for hook, _ in read_calls(run)]:
-        assert time.monotonic() < deadline, read_calls(run)
+    # Each writer drains on its own (they start behind Monitor()): wait for both to finish.
+    while "close" not in [hook for hook, _ in read_calls(run)] or len(read_rows(run)) < 3000:
+        assert time.monotonic() < deadline, (read_calls(run), len(read_rows(run)))
         time.sleep(0.1)
     assert sorted(set(read_steps(run))) == list(range(300))
     assert len(read_steps(run)) == 3000
@@ -403,7 +432,7 @@ def test_backends_that_keep_up_never_drop_beside_a_slow_one(make, slow_first):
 
 @pytest.mark.process
 def test_monitor_returns_before_any_writer_is_ready_and_loses_nothing_logged_meanwhile(make):
-    monitor = make(dispatch="process", faulty={"start_delay": 3.0}, wait=False)
+    monitor = make(dispatch="process", faulty={"start_delay": 3.0})  # wait=False: the default
     # The backend records its start after its 3 s sleep: Monitor() did not wait for it.
     assert read_calls(monitor.run) == []
     for step in range(50):

@@ -79,14 +79,17 @@ class Monitor:
             ``queue_size`` KiB (at most the system's largest pipe, 1 MiB on Linux).
         on_full: a full buffer makes ``log()`` wait (``"block"``, nothing lost) or drop that
             call for that backend only (``"drop"``: counted in ``dropped``, warned once).
-        wait: with writer processes, ``True`` (default) returns once every backend has
-            started (imported its SDK, started its run) and raises or reports a start failure
-            here; ``False`` returns at once, the writers starting behind it: calls logged
-            meanwhile wait in their pipes (never dropped, whatever ``on_full``), and a start
-            failure is reported at the next ``log``/``flush``/``close`` with its original
-            type (raised with ``strict=True``), a backend's own option check included.
-            ``resume`` other than ``"never"`` always waits (the start tells what each backend
-            found), and so does a ``log_dir`` that is a file.
+        wait: with writer processes, ``False`` (default) returns at once, the writers
+            starting behind it: calls logged meanwhile wait in their pipes (never dropped,
+            whatever ``on_full``), and a start failure only the SDK sees (a refused
+            ``wandb.Settings`` field, an unreachable tracking server) is reported at the next
+            ``log``/``flush``/``close`` with its original type (raised with ``strict=True``,
+            else a ``BackendWarning``). What needs no SDK still raises here: an unknown
+            backend or option, an option of the wrong type or value (the backend's
+            ``check_options``), a missing SDK distribution. ``True`` returns once every
+            backend has started (imported its SDK, started its run) and raises or reports a
+            start failure here. ``resume`` other than ``"never"`` always waits (the start
+            tells what each backend found), and so does a ``log_dir`` that is a file.
         resume: ``"never"`` (a new run), ``"allow"`` (continue the run of this project, name
             and log_dir in every backend when it exists, else start it) or ``"must"``
             (continue it; ``NoRunToResume`` naming each backend without it, nothing logged).
@@ -132,7 +135,7 @@ class Monitor:
         queue_size: int = DEFAULT_QUEUE_SIZE,
         on_full: str = "block",
         resume: str = "never",
-        wait: bool = True,
+        wait: bool = False,
         **backend_options: Mapping[str, Any],
     ) -> None:
         backends = check_keywords(backends, project, name, strict, rank_zero_only)
@@ -151,8 +154,8 @@ class Monitor:
         self._dispatch = new_dispatch(dispatch, strict=strict, queue_size=queue_size,
                                       on_full=on_full)
         if not isinstance(wait, bool):
-            raise ConfigError(f"wait={wait!r} must be True (the default: Monitor() returns "
-                              "once every backend started) or False (writers start behind it)")
+            raise ConfigError(f"wait={wait!r} must be False (the default: writers start behind "
+                              "Monitor()) or True (Monitor() returns once every backend started)")
         # Writers start behind Monitor() unless asked, or unless their answer is needed now:
         # what each found of an earlier run (resume), or a start that fails for every local
         # backend (a log_dir that is a file), reported here as before.

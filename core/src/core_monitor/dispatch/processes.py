@@ -23,19 +23,20 @@ request after the data logged before it. ``stop`` marks every writer stopping be
 any stop request, so a writer that exits on its request is never taken for a dead one.
 
 Start-up: ``start`` launches every writer at once (each with SIGTERM blocked until its handler
-is in place) and, by default (``wait``), returns when each replied ready or failed
-(``STARTUP_SECONDS`` at most, naming the backend), re-raising a start failure with its original
-type and message. Without ``wait`` (``Monitor(wait=False)``) it returns at once: calls wait in
-the pipes of writers still starting (a full one waits for room even with ``on_full="drop"``),
-and a start failure is reported by the reply thread like any failure, at the caller's next
-call, with its original type. Failures and warnings of a running writer come back on its
-reply pipe, read by one thread (which also passes on the writer's stdout and stderr, a pipe of
-its own: a writer never holds this process's output open), and are reported on the caller's
-thread at its next call (``policy.Policy``). A writer that dies (a segfault in a native
-extension) or ends by itself (SIGTERM sent to it alone) is reported once as ``WriterDied``,
-naming why; the others go on. ``close`` waits for every writer to exit, all at once, at most
-``timeout`` seconds; a writer still running then is killed with what its SDK started (its
-session's process group) and its calls counted in ``undelivered``; every writer is reaped.
+is in place) and, by default (``Monitor(wait=False)``), returns at once: calls wait in the pipes
+of writers still starting (a full one waits for room even with ``on_full="drop"``), and a start
+failure is reported by the reply thread like any failure, at the caller's next call, with its
+original type. With ``wait`` (``Monitor(wait=True)``, or a ``resume`` other than ``"never"``) it
+returns when each replied ready or failed (``STARTUP_SECONDS`` at most, naming the backend),
+re-raising a start failure with its original type and message. Failures and warnings of a
+running writer come back on its reply pipe, read by one thread (which also passes on the
+writer's stdout and stderr, a pipe of its own: a writer never holds this process's output open),
+and are reported on the caller's thread at its next call (``policy.Policy``). A writer that dies
+(a segfault in a native extension) or ends by itself (SIGTERM sent to it alone) is reported once
+as ``WriterDied``, naming why; the others go on. ``close`` waits for every writer to exit, all
+at once, at most ``timeout`` seconds; a writer still running then is killed with what its SDK
+started (its session's process group) and its calls counted in ``undelivered``; every writer is
+reaped.
 
 Termination (``core_monitor.shutdown``): on SIGTERM this process closes its monitors, and the
 stop request names the signal (``shutdown.terminating``): each writer writes everything logged,
@@ -43,7 +44,8 @@ then records the run's end through ``monitor_crash``. Writers run in sessions of
 ``kill -TERM -- -PGID`` reaches only this process; a scheduler that signals every process of
 the job (Slurm) reaches the writers too, and each keeps serving until the stop request comes
 (``writer.TERM_SECONDS`` at most), SIGTERM being blocked in what its SDK starts. A writer whose
-training process dies ends within ``writer.DRAIN_SECONDS`` even when stuck inside a hook.
+training process dies ends within ``writer.DRAIN_SECONDS`` even when stuck inside a hook
+(counted from the end of its start, when it was still starting: ``writer.START_SECONDS``).
 
 A backend class that a fresh interpreter might not import by module path (defined in
 ``__main__``, a notebook cell, a test module or function: anything but an installed
@@ -144,7 +146,8 @@ class WriterProcess:
             with _sigterm_blocked():
                 self.process = subprocess.Popen(
                     [sys.executable, "-m", "core_monitor.dispatch.writer",
-                     str(data_read), str(control_read), str(reply_write), str(shared_fd)],
+                     str(data_read), str(control_read), str(reply_write), str(shared_fd),
+                     str(os.getpid())],
                     pass_fds=[fd for fd in (data_read, control_read, reply_write, shared_fd)
                               if fd >= 0],
                     stdin=subprocess.DEVNULL, stdout=output_write, stderr=output_write,

@@ -35,11 +35,13 @@ How it ends:
   thread and process the SDK starts (wandb's service is a Go program, which unblocks it: it
   dies of a job-wide SIGTERM with what it had not written).
 
-The reader thread ends the process (``os._exit(3)``) ``DRAIN_SECONDS`` after a death or
-SIGTERM was seen, even when the main thread is stuck inside a hook. The writer ignores SIGINT
-(a Ctrl-C in the terminal is the training process's business), runs in a session of its own,
-writes its output to pipes of its own (forwarded by the training process), and after start-up
-lowers its CPU priority (and that of the processes its SDK started) by ``NICE``.
+The reader thread ends the process (``os._exit(3)``) ``DRAIN_SECONDS`` after a death or SIGTERM
+was seen, even when the main thread is stuck inside a hook; seen while the backend was still
+starting, ``DRAIN_SECONDS`` after the start ended (a start gets ``START_SECONDS`` more). The
+writer ignores SIGINT (a Ctrl-C in the terminal is the training process's business), runs in a
+session of its own, writes its output to pipes of its own (forwarded by the training process),
+and after start-up lowers its CPU priority (and that of the processes its SDK started) by
+``NICE``.
 """
 
 from __future__ import annotations
@@ -70,6 +72,11 @@ READ_BYTES = 1 << 20
 #: Seconds a writer takes at most, once the training process died or SIGTERM came, to write
 #: what is left, flush and close (the reader thread then ends it): ``shutdown.EXIT_TIMEOUT``.
 DRAIN_SECONDS = shutdown.EXIT_TIMEOUT
+#: Seconds past the drain limit a start (importing the SDK, starting its run) still running is
+#: given when the training process died or SIGTERM came during it: writers start behind
+#: ``Monitor()``, so the trainer may die while they import; the drain limit then counts from
+#: the end of the start (as ``processes.STARTUP_SECONDS`` bounds a start the trainer waits for).
+START_SECONDS = 120.0
 #: Seconds after SIGTERM that the writer waits for the training process's stop request before
 #: it ends by itself (the training process closes its monitor on the same signal).
 TERM_SECONDS = 5.0
@@ -115,7 +122,8 @@ class Inbox:
 class Writer:
     """The writer's state: the pipes, the backend, the inbox."""
 
-    def __init__(self, data_fd: int, control_fd: int, reply_fd: int, shared_fd: int) -> None:
+    def __init__(self, data_fd: int, control_fd: int, reply_fd: int, shared_fd: int,
+                 parent: int | None = None) -> None:
         self.data_fd = data_fd
         self.control_fd = control_fd
         self.reply_fd = reply_fd
@@ -124,7 +132,9 @@ class Writer:
         self.backend: Backend | None = None
         self.handled = 0  # hook calls handled (the undelivered count of a killed writer)
         self.read_bytes = 0
-        self.parent = os.getppid()
+        # The training process, as it named itself: it may have died (and this writer been
+        # re-parented) before this line runs, writers starting behind Monitor().
+        self.parent = os.getppid() if parent is None else parent
         self.replies_broken = False
         self.reply_lock = threading.Lock()
         self.inbox = Inbox(_pipe_size(data_fd))
@@ -134,6 +144,7 @@ class Writer:
         self.ending: str | None = None
         self.deadline: float | None = None  # when the reader thread ends the process
         self.backlog: list[tuple[str, Any]] = []  # inbox items that came with the start frame
+        self.started = False  # the start ended (ready or failed): the drain limit applies
 
     # Replies -----------------------------------------------------------------------------
 
@@ -216,8 +227,9 @@ class Writer:
             if pending_end is not None and drained:
                 self.inbox.put("end", pending_end)
                 pending_end = None
-            if self.deadline is not None and now >= self.deadline:
-                os._exit(3)  # stuck in a hook past the drain limit
+            if self.deadline is not None and now >= self.deadline and (
+                    self.started or now >= self.deadline + START_SECONDS):
+                os._exit(3)  # stuck in a hook (or in the start) past the drain limit
 
     def death(self, seen: str) -> str:
         """What ``monitor_crash`` is told when the training process is gone."""
@@ -388,7 +400,8 @@ def main(argv: list[str]) -> int:
     """Run one writer (module docstring); the exit status is 0 unless the start failed."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     data_fd, control_fd, reply_fd, shared_fd = (int(arg) for arg in argv[:4])
-    writer = Writer(data_fd, control_fd, reply_fd, shared_fd)
+    writer = Writer(data_fd, control_fd, reply_fd, shared_fd,
+                    int(argv[4]) if len(argv) > 4 else None)
     signal.signal(signal.SIGTERM, _ignore_signal)
     signal.set_wakeup_fd(writer.wake_write, warn_on_full_buffer=False)
     warnings.showwarning = writer.forward_warning
@@ -401,7 +414,11 @@ def main(argv: list[str]) -> int:
     # way to it. They end when the writer closes the backend, or with the job's SIGKILL.
     if hasattr(signal, "pthread_sigmask"):
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
-    if not writer.start():
+    started = writer.start()
+    writer.started = True  # before reading the deadline: the reader sets it after, or we see it
+    if writer.deadline is not None:  # the trainer died while this writer started: drain now
+        writer.deadline = max(writer.deadline, time.monotonic() + DRAIN_SECONDS)
+    if not started:
         return 1
     lower_priority()
     crash = writer.run()

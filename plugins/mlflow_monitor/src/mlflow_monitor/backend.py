@@ -24,8 +24,9 @@ from core_monitor import BackendWarning, Capabilities, Event, RunInfo, hookimpl
 from core_monitor.resume import NoRunToResume
 
 from . import _compat, output
+from . import options as _options
 from .media import MEDIA_KINDS, MediaWriter
-from .options import MAX_BATCH, check_options
+from .options import MAX_BATCH
 from .storage import (
     CONFIG_TAG_PREFIX,
     CRASH_TAG,
@@ -119,7 +120,8 @@ class MlflowMonitor:
             ends on a server: ``mlflow_monitor.output``); ``False`` shows them.
 
     Raises:
-        ConfigError: an option has a wrong type or value.
+        ConfigError: ``resume="must"`` finds no run (``NoRunToResume``); the options' types
+            and values are checked before, at ``Monitor()`` (``check_options``).
         ImportError, core_monitor.BackendLoadError: MLflow is missing or of an unsupported
             version.
         MlflowDeliveryError: the tracking store could not be reached to create the run
@@ -139,6 +141,13 @@ class MlflowMonitor:
         tested_sdk=_compat.TESTED,  # outside this range the core warns once
     )
 
+    @classmethod
+    def check_options(cls, options: Mapping[str, Any]) -> None:
+        """Ranges and forms the annotations cannot say, for the options given; run by the core
+        in the training process at ``Monitor()``, before MLflow is imported
+        (``options.check_options``; ``core_monitor.hookspecs.Backend.check_options``)."""
+        _options.check_options(options)
+
     def __init__(
         self,
         run: RunInfo,
@@ -153,8 +162,6 @@ class MlflowMonitor:
         flush_secs: float = 5.0,
         quiet: bool = True,
     ) -> None:
-        check_options(tracking_uri, experiment, tags, run_id, request_timeout, max_retries,
-                      batch_size, flush_secs)
         self.quiet = quiet
         mlflow = _compat.check()
         from mlflow.entities import Metric, Param, RunTag

@@ -1,4 +1,5 @@
-"""Checking ``MlflowMonitor``'s options: types and ranges, before MLflow is imported."""
+"""Checking ``MlflowMonitor``'s options: types and ranges, in the training process at
+``Monitor()``, before MLflow is imported."""
 
 from __future__ import annotations
 
@@ -14,26 +15,30 @@ from .storage import MAX_VALUE_LENGTH, is_valid_key
 MAX_BATCH = 1000
 
 
-def check_options(
-    tracking_uri: Any, experiment: Any, tags: Any, run_id: Any, request_timeout: Any,
-    max_retries: Any, batch_size: Any, flush_secs: Any,
-) -> None:
-    """Check ``MlflowMonitor``'s options before MLflow is imported (the core builds the
-    backend on every rank, so each rank raises the same error).
+def check_options(options: Mapping[str, Any]) -> None:
+    """Check ``MlflowMonitor``'s option values, those given, before MLflow is imported: called
+    by the core as ``MlflowMonitor.check_options(options)`` in the training process at
+    ``Monitor()`` (on every rank, so each rank raises the same error).
 
     Args:
-        tracking_uri, experiment, run_id: ``str`` (non-empty) or ``None``.
-        tags: ``Mapping[str, Any]`` of run tags or ``None``; keys valid MLflow keys, values at
-            most ``MAX_VALUE_LENGTH`` characters once ``str()``-ed.
-        request_timeout: seconds, a finite number > 0.
-        max_retries: ``int`` from 0 to 10.
-        batch_size: ``int`` from 1 to ``MAX_BATCH``.
-        flush_secs: seconds, a finite number >= 0.
+        options: the user's options for ``mlflow``, only those given; what each may be:
+            ``tracking_uri``, ``experiment``, ``run_id``: ``str`` (non-empty) or ``None``;
+            ``tags``: ``Mapping[str, Any]`` of run tags or ``None``, keys valid MLflow keys,
+            values at most ``MAX_VALUE_LENGTH`` characters once ``str()``-ed;
+            ``request_timeout``: seconds, a finite number > 0; ``max_retries``: ``int`` from 0
+            to 10; ``batch_size``: ``int`` from 1 to ``MAX_BATCH``; ``flush_secs``: seconds, a
+            finite number >= 0.
 
     Raises:
         ConfigError: an option has a wrong type or value; the message names the option, the
             value and an example of a valid one.
     """
+    tracking_uri, experiment, run_id, tags = (
+        options.get(key) for key in ("tracking_uri", "experiment", "run_id", "tags"))
+    request_timeout = options.get("request_timeout", 5.0)
+    max_retries = options.get("max_retries", 2)
+    batch_size = options.get("batch_size", MAX_BATCH)
+    flush_secs = options.get("flush_secs", 5.0)
     for option, value, example in (
         ("tracking_uri", tracking_uri, "'http://127.0.0.1:5000'"),
         ("experiment", experiment, "'digits'"),

@@ -73,8 +73,8 @@ class TensorBoardMonitor:
             output); TensorBoard's writer prints nothing either way.
 
     Raises:
-        ConfigError: an option has a wrong type or value, or the project / run name cannot
-            be a folder name (see ``run_dir``).
+        ConfigError: the project / run name cannot be a folder name (see ``run_dir``); the
+            options' types and values are checked before, at ``Monitor()`` (``check_options``).
         OSError: the run folder cannot be created.
         BackendLoadError: the installed TensorBoard changed shape (see ``check_sdk``).
     """
@@ -109,6 +109,18 @@ class TensorBoardMonitor:
         return options
 
     @classmethod
+    def check_options(cls, options: Mapping[str, Any]) -> None:
+        """What the annotations cannot say (ranges, path separators, an empty ``run_dir``), for
+        the options given; run by the core in the training process at ``Monitor()``, before
+        TensorBoard is imported (``core_monitor.hookspecs.Backend.check_options``).
+
+        Raises:
+            ConfigError: an option has a wrong value; the message names the option, the value
+                and an example of a valid one.
+        """
+        _check_options(options)
+
+    @classmethod
     def check_sdk(cls) -> list[str]:
         """Import TensorBoard; what it lacks of what the plugin uses (``[]``: nothing). The
         core reports a problem as a ``BackendLoadError`` naming ``tested_sdk``.
@@ -129,7 +141,6 @@ class TensorBoardMonitor:
         run_dir: str | os.PathLike[str] | None = None,
         quiet: bool = True,
     ) -> None:
-        _check_options(flush_secs, max_queue, filename_suffix, hparams)
         folder = (event_folder(run_dir, rank=run.rank) if run_dir is not None
                   else _run_dir(run.project, run.name, run.log_dir, rank=run.rank))
         sdk = _compat.sdk()
@@ -265,7 +276,8 @@ def _earlier_run(run: RunInfo, folder: Any, run_dir: Any) -> tuple[bool, int | N
     return False, None
 
 
-def _check_options(flush_secs: Any, max_queue: Any, filename_suffix: Any, hparams: Any) -> None:
+def _check_options(options: Mapping[str, Any]) -> None:
+    flush_secs = options.get("flush_secs", 120.0)
     if (
         isinstance(flush_secs, bool)
         or not isinstance(flush_secs, (int, float))
@@ -275,11 +287,13 @@ def _check_options(flush_secs: Any, max_queue: Any, filename_suffix: Any, hparam
             f"tensorboard: option flush_secs={flush_secs!r} must be a number of seconds > 0, "
             "e.g. flush_secs=120"
         )
+    max_queue = options.get("max_queue", 10)
     if isinstance(max_queue, bool) or not isinstance(max_queue, int) or max_queue < 1:
         raise ConfigError(
             f"tensorboard: option max_queue={max_queue!r} must be an integer >= 1, "
             "e.g. max_queue=10"
         )
+    filename_suffix = options.get("filename_suffix", "")
     if not isinstance(filename_suffix, str) or any(
         sep in filename_suffix for sep in ("/", "\\", "\0")
     ):
@@ -287,10 +301,13 @@ def _check_options(flush_secs: Any, max_queue: Any, filename_suffix: Any, hparam
             f"tensorboard: option filename_suffix={filename_suffix!r} must be a str without "
             "path separators, e.g. filename_suffix='.v2'"
         )
+    hparams = options.get("hparams", True)
     if not isinstance(hparams, bool):
         raise ConfigError(
             f"tensorboard: option hparams={hparams!r} must be True or False"
         )
+    if options.get("run_dir") is not None:
+        event_folder(options["run_dir"])  # empty or holding a NUL: ConfigError naming run_dir
 
 
 if TYPE_CHECKING:  # a type checker proves the class has the shape core-monitor expects

@@ -81,8 +81,9 @@ class WandbMonitor:
             ``silent`` or ``quiet`` field in ``settings`` wins.
 
     Raises:
-        ConfigError: an option has a wrong type or value (``settings``: an unknown or invalid
-            ``wandb.Settings`` field; values are not echoed).
+        ConfigError: ``settings`` holds an unknown or invalid ``wandb.Settings`` field (values
+            are not echoed); the other options' types and values are checked before, at
+            ``Monitor()`` (``check_options``).
         wandb.Error: ``wandb.init`` failed (e.g. online without credentials).
         BackendLoadError: the installed wandb changed shape (see ``check_sdk``).
     """
@@ -112,6 +113,19 @@ class WandbMonitor:
         return options
 
     @classmethod
+    def check_options(cls, options: Mapping[str, Any]) -> None:
+        """What the annotations cannot say (``mode``'s values, blank tags, ``step_metric``'s
+        form), for the options given; run by the core in the training process at ``Monitor()``,
+        before wandb is imported (``core_monitor.hookspecs.Backend.check_options``). The
+        ``settings`` fields are checked by ``wandb.Settings`` itself, in the constructor.
+
+        Raises:
+            ConfigError: an option has a wrong value; the message names the option, the value
+                and an example of a valid one.
+        """
+        _check_options(options)
+
+    @classmethod
     def check_sdk(cls) -> list[str]:
         """Import wandb; what it lacks of the internals the plugin uses (``[]``: nothing).
         The core reports a problem as a ``BackendLoadError`` naming ``tested_sdk``.
@@ -135,7 +149,6 @@ class WandbMonitor:
         settings: Mapping[str, Any] | None = None,
         quiet: bool = True,
     ) -> None:
-        _check_options(mode, entity, group, job_type, tags, notes, step_metric)
         init: dict[str, Any] = {
             "project": run.project,
             "name": run.ranked_name,
@@ -285,11 +298,6 @@ def _counting_from(log: Any, first_row: int) -> Any:
 
 
 def _settings(settings: Mapping[str, Any] | None, quiet: bool) -> Any:
-    if settings is not None and not isinstance(settings, Mapping):
-        raise ConfigError(
-            f"wandb: option settings must be a mapping of wandb.Settings fields, not "
-            f"{type(settings).__name__}, e.g. settings={{'console': 'off'}}"
-        )
     fields = dict(settings or {})
     if quiet and "silent" not in fields and "quiet" not in fields:
         fields["silent"] = True
@@ -313,18 +321,18 @@ def _settings(settings: Mapping[str, Any] | None, quiet: bool) -> Any:
         ) from None
 
 
-def _check_options(
-    mode: Any, entity: Any, group: Any, job_type: Any, tags: Any, notes: Any, step_metric: Any
-) -> None:
+def _check_options(options: Mapping[str, Any]) -> None:
+    mode = options.get("mode")
     if mode is not None and mode not in _MODES:
         raise ConfigError(
             f"wandb: option mode={mode!r} must be one of {', '.join(map(repr, _MODES))}, or "
             "None to follow WANDB_MODE"
         )
-    for option, value in (("entity", entity), ("group", group), ("job_type", job_type),
-                          ("notes", notes)):
+    for option in ("entity", "group", "job_type", "notes"):
+        value = options.get(option)
         if value is not None and not isinstance(value, str):
             raise ConfigError(f"wandb: option {option}={value!r} must be a str or None")
+    tags = options.get("tags")
     if tags is not None and (
         isinstance(tags, str)
         or not isinstance(tags, Sequence)
@@ -334,11 +342,18 @@ def _check_options(
             f"wandb: option tags={tags!r} must be a list of non-empty str, e.g. "
             "tags=['baseline', 'lr-sweep']"
         )
+    step_metric = options.get("step_metric", DEFAULT_STEP_METRIC)
     if not isinstance(step_metric, str) or not _STEP_METRIC.fullmatch(step_metric):
         raise ConfigError(
             f"wandb: option step_metric={step_metric!r} must start with a letter and hold only "
             "letters, digits, '_', '-' or '/' (wandb reserves '_' names and reads '.' as "
             "nesting), e.g. step_metric='global_step'"
+        )
+    settings = options.get("settings")
+    if settings is not None and not isinstance(settings, Mapping):
+        raise ConfigError(
+            f"wandb: option settings must be a mapping of wandb.Settings fields, not "
+            f"{type(settings).__name__}, e.g. settings={{'console': 'off'}}"
         )
 
 
