@@ -108,10 +108,11 @@ def main(argv: list[str] | None = None) -> None:
               "other backends only")
         warnings.filterwarnings("ignore", r"backend 'mlflow' does not store histogram",
                                 BackendWarning)
-    # Monitor() returns when every backend has started: a writer process each, importing its
-    # SDK (wandb and mlflow take seconds; about 30 s for the four on a loaded machine)
-    print(f"starting {', '.join(backends)} (a writer process each, importing its SDK)...",
-          flush=True)
+    # Monitor() returns at once: each backend starts in a writer process of its own, importing
+    # its SDK behind the training loop (wandb and mlflow take seconds; what is logged meanwhile
+    # waits in the writer's pipe), and close() waits for them to write everything
+    print(f"starting {', '.join(backends)} (a writer process each, importing its SDK behind "
+          "the training loop)", flush=True)
     with Monitor(backends, project=args.project, name=args.name, config=config,
                  log_dir=args.log_dir) as monitor:
         for step in range(args.steps):
@@ -137,6 +138,7 @@ def main(argv: list[str] | None = None) -> None:
                            hashlib.sha256(pixels.tobytes()).hexdigest()),
                           ("weights/w1", step, "histogram", counts.tolist())]
         run = monitor.run
+        print("closing: each writer writes what it was sent and ends its run...", flush=True)
 
     root = os.path.abspath(args.log_dir)
     if args.record:
