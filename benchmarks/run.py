@@ -12,6 +12,7 @@ scalars than it was sent; missed targets are reported, and fail the run only wit
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import platform
@@ -64,7 +65,14 @@ PACKAGES = ("core-monitor", "trackio-monitor", "tensorboard-monitor", "wandb-mon
 # Worker side -----------------------------------------------------------------------------------
 
 
+#: Jobs whose module's ``run(quick, root)`` is the whole job, imported only when it runs.
+MODULE_JOBS = {"B1-mlflow": "b1_mlflow", "B6": "b6_scale", "B7": "b7_media",
+               "P-start": "p_start", "P-close": "p_close", "P7-sustained": "p7_sustained"}
+
+
 def worker(job: str, quick: bool, root: Path) -> dict[str, Any]:
+    if job in MODULE_JOBS:
+        return importlib.import_module(MODULE_JOBS[job]).run(quick, root)
     if job == "B3":
         import b3_floor
 
@@ -82,10 +90,6 @@ def worker(job: str, quick: bool, root: Path) -> dict[str, Any]:
 
         backend, _, direct = job[3:].partition("-")
         return b5_memory.run_backend(backend, quick, root, direct=bool(direct))
-    if job == "B1-mlflow":
-        import b1_mlflow
-
-        return b1_mlflow.run(quick, root)
     if job.startswith("B1-"):
         import b1_dispatch
 
@@ -94,26 +98,6 @@ def worker(job: str, quick: bool, root: Path) -> dict[str, Any]:
         import b1_dispatch
 
         return b1_dispatch.run_b2(quick, root)
-    if job == "B6":
-        import b6_scale
-
-        return b6_scale.run(quick, root)
-    if job == "B7":
-        import b7_media
-
-        return b7_media.run(quick, root)
-    if job == "P-start":
-        import p_start
-
-        return p_start.run(quick, root)
-    if job == "P-close":
-        import p_close
-
-        return p_close.run(quick, root)
-    if job == "P7-sustained":
-        import p7_sustained
-
-        return p7_sustained.run(quick, root)
     if job.startswith("P"):
         import p_dispatch
 
