@@ -139,3 +139,49 @@ def test_a_third_party_reader_is_a_source(tmp_path, capsys):
                      "--log-dir", str(tmp_path)]) == 0
     assert tensorboard_monitor.read_rows(m.run) == [("x", 7, 0.5)]
     assert "points: 1 of 1 arrived" in capsys.readouterr().out
+
+
+@pytest.fixture(scope="module")
+def tag_by_tag(tmp_path_factory):
+    """A TensorBoard run of 500 steps x 10 tags: its reader returns it tag by tag (all of
+    ``t0``, then all of ``t1``, ...), the order that made a copy write one row per point."""
+    log_dir = tmp_path_factory.mktemp("tag_by_tag")
+    with Monitor(["tensorboard"], project="long", name="run1", log_dir=log_dir) as monitor:
+        for step in range(500):
+            monitor.log({f"t{i}": step + i / 10 for i in range(10)}, step=step)
+    rows = tensorboard_monitor.read_rows(monitor.run)
+    assert [tag for tag, _, _ in rows[:501]] == ["t0"] * 500 + ["t1"]
+    return monitor.run
+
+
+def copy_long(run: RunInfo, dest: str, to_dir) -> RunInfo:
+    assert cli.main(["copy", "tensorboard", dest, "--project", "long", "--name", "run1",
+                     "--log-dir", str(run.log_dir), "--to-log-dir", str(to_dir)]) == 0
+    return RunInfo(project="long", name="run1", log_dir=to_dir)
+
+
+def test_a_tag_by_tag_source_is_copied_one_row_per_step_into_trackio(tag_by_tag, tmp_path):
+    from trackio_monitor.reader import count_rows, earlier_run
+    from trackio_monitor.storage import database
+
+    copied = copy_long(tag_by_tag, "trackio", tmp_path)
+    db = database(copied)
+    run_id, last_step = earlier_run(db, "run1")
+    assert run_id is not None and last_step == 499
+    assert count_rows(db, run_id) == 500  # Trackio's rows: one per step
+    assert sorted(trackio_monitor.read_rows(copied)) == sorted(
+        tensorboard_monitor.read_rows(tag_by_tag))
+
+
+def test_a_tag_by_tag_source_is_copied_one_row_per_step_into_wandb(tag_by_tag, tmp_path):
+    from wandb_monitor.reader import history, run_folders
+
+    copied = copy_long(tag_by_tag, "wandb", tmp_path)
+    [folder] = run_folders(copied)
+    rows = [r.history for r in wandb_monitor.read_records(folder) if r.HasField("history")]
+    counters = [int(item.value_json) for row in rows for item in row.item
+                if list(item.nested_key) == ["_step"] or item.key == "_step"]
+    assert counters == list(range(500))  # wandb's own row counter: one per step
+    assert [step for step, _, _ in history(copied)] == list(range(500))
+    assert sorted(wandb_monitor.read_rows(copied)) == sorted(
+        tensorboard_monitor.read_rows(tag_by_tag))

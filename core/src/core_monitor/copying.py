@@ -2,7 +2,8 @@
 
 The run is read through the source plugin's reader (``core_monitor.readers``) and written
 through a normal ``Monitor``, so every rule of ``log()`` applies (steps exactly as read, media
-the destination does not store skipped and counted). Afterwards the destination is read back
+the destination does not store skipped and counted), one ``log()`` per step (a row per step in
+Trackio and wandb, whatever the source reader's order). Afterwards the destination is read back
 through its own reader and compared: one summary line per kind (points, config keys, media).
 """
 
@@ -183,25 +184,35 @@ def copy_run(
 
 def _write(monitor: Any, rows: list[tuple[str, int, float]],
            media: list[tuple[str, int, Any]]) -> None:
-    """One ``log()`` per run of consecutive points at one step (split where a tag repeats),
-    then one per media value, with a progress bar on a terminal for long runs."""
-    total = len(rows) + len(media)
-    bar = _progress(total)
-    batch: dict[str, float] = {}
-    step = None
-    for tag, at, value in rows:
-        if batch and (at != step or tag in batch):
-            monitor.log(batch, step=step)
-            bar.update(len(batch))
-            batch = {}
-        batch[tag], step = value, at
-    if batch:
-        monitor.log(batch, step=step)
-        bar.update(len(batch))
-    for tag, at, value in media:
-        monitor.log({tag: value}, step=at)
-        bar.update(1)
+    """One ``log()`` per call of ``_calls(rows + media)``, with a progress bar on a terminal
+    for long runs."""
+    bar = _progress(len(rows) + len(media))
+    for step, values in _calls([*rows, *media]):
+        monitor.log(values, step=step)
+        bar.update(len(values))
     bar.close()
+
+
+def _calls(points: list[tuple[str, int, Any]]) -> list[tuple[int, dict[str, Any]]]:
+    """``(step, {tag: value})`` per ``log()`` call that writes ``points`` (``(tag, step,
+    value)``, in any order): every point of a step in one call, so a tracker that stores one
+    row per call (Trackio, wandb) gets one row per step, whichever order the source's reader
+    returns (TensorBoard's is tag by tag).
+
+    A step that holds a tag twice (logged twice at one step) takes one call per repetition:
+    the k-th point of a tag at a step goes into the k-th call at that step, which keeps each
+    tag's points in the order read (the reader contract's order). Steps ascend.
+    """
+    by_step: dict[int, list[dict[str, Any]]] = {}
+    seen: Counter[tuple[str, int]] = Counter()  # (tag, step) -> its points placed so far
+    for tag, step, value in points:
+        calls = by_step.setdefault(step, [])
+        k = seen[(tag, step)]
+        seen[(tag, step)] += 1
+        if k == len(calls):
+            calls.append({})
+        calls[k][tag] = value
+    return [(step, call) for step in sorted(by_step) for call in by_step[step]]
 
 
 class _NoBar:

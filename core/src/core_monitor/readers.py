@@ -15,7 +15,9 @@ copy source. The module holds:
   ``(tag, step, value)``: ``tag`` a non-empty ``str`` as logged (the plugin's own escaping
   undone), ``step`` an ``int`` (not a ``bool``) exactly as logged, ``value`` a ``float`` at the
   storage's precision (NaN and +-inf as such). Storage order: points of one step and tag in
-  the order they were logged (a repeated step appears twice). ``[]`` when the run holds no
+  the order they were logged (a repeated step appears twice); the order across tags and
+  steps is free (row by row, or tag by tag as TensorBoard's): ``monitors copy`` groups the
+  points of a step into one ``log()`` call whatever it is. ``[]`` when the run holds no
   point; a run that does not exist may raise ``FileNotFoundError`` or ``LookupError``.
 * ``read_config(run, **options) -> dict[str, Any]`` (optional): the stored config, flat
   ``str`` keys; values as the tracker keeps them (MLflow: strings).
