@@ -1,10 +1,13 @@
-"""A tiny model trained with DeepSpeed on CPU for 4 optimizer steps, in one of three modes.
+"""A tiny model trained with DeepSpeed on CPU for 4 optimizer steps, in one of four modes.
 
-    torchrun --nproc_per_node N ds_train.py <log_dir> <out.json> <mode>
+    torchrun --nproc_per_node N ds_train.py <log_dir> <out.json> <mode> [<backend>,...]
 
 Modes: ``attach`` (``deepspeed.initialize``, then ``attach(engine)``), ``initialize`` (this
 project's drop-in ``initialize``), ``deepspeed`` (``deepspeed.initialize`` alone: DeepSpeed's own
-TensorBoard writer, the oracle; no backend of this project).
+TensorBoard writer, the oracle; no backend of this project), ``section`` (the drop-in
+``initialize`` with the backends named by the fourth argument in one ``experiment_monitors``
+section, project ``ds``, name ``dsrun``, ``log_dir`` the first argument; no ``tensorboard``,
+``wandb`` or ``trackio`` section).
 
 The DeepSpeed config enables DeepSpeed's standard ``tensorboard`` section (events in
 ``<log_dir>/dsrun``, DeepSpeed's ``<output_path>/<job_name>``) and, except in ``deepspeed``
@@ -41,13 +44,17 @@ def main() -> None:
         "csv_monitor": {"enabled": True, "output_path": str(log_dir / "csv"),
                         "job_name": "dsrun"},
     }
-    if mode != "deepspeed":
+    if mode == "section":
+        del config["tensorboard"]
+        config["experiment_monitors"] = {"backends": sys.argv[4].split(","), "project": "ds",
+                                         "name": "dsrun", "log_dir": str(log_dir)}
+    elif mode != "deepspeed":
         config.update({
             "trackio": {"enabled": "true", "project": "ds", "log_dir": str(log_dir)},
             "wandb": {"enabled": 1, "project": "ds"},
             "experiment_monitors": {"tensorboard": {"flush_secs": 5}},
         })
-    if mode == "initialize":
+    if mode in ("initialize", "section"):
         from core_monitor.integrations.deepspeed import initialize
 
         engine, _, _, _ = initialize(model=model, model_parameters=model.parameters(),
