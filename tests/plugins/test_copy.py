@@ -178,7 +178,8 @@ def tag_by_tag(tmp_path_factory):
     """A TensorBoard run of 500 steps x 10 tags: its reader returns it tag by tag (all of
     ``t0``, then all of ``t1``, ...), the order that made a copy write one row per point."""
     log_dir = tmp_path_factory.mktemp("tag_by_tag")
-    with Monitor(["tensorboard"], project="long", name="run1", log_dir=log_dir) as monitor:
+    with Monitor(["tensorboard"], project="long", name="run1", log_dir=log_dir,
+                 dispatch="thread") as monitor:
         for step in range(500):
             monitor.log({f"t{i}": step + i / 10 for i in range(10)}, step=step)
     rows = tensorboard_monitor.read_rows(monitor.run)
