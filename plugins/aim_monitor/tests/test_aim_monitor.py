@@ -146,3 +146,11 @@ def test_crash_marks_the_run(tmp_path: Path, repo: str) -> None:
     assert aim_monitor.read_crash(run).startswith("the training process (pid 1)")
     with aim_monitor.find_run(run) as found:
         assert aim_monitor.CRASH_TAG in found.props.tags
+
+
+def test_the_aim_internals_used_are_there() -> None:
+    """``monitors list --check`` and the core run this check; the installed Aim passes it."""
+    from core_monitor import Capabilities
+
+    assert aim_monitor._compat.problems() == []
+    assert Capabilities.of(AimMonitor).sdk == "aim"
