@@ -23,7 +23,6 @@ from .storage import (
     Segments,
     context_of,
     repo_path,
-    segment_of,
 )
 
 if TYPE_CHECKING:
@@ -107,10 +106,9 @@ class AimMonitor:
         self._repo = repo_path(run, repo)
         self._experiment = experiment or run.project
         self._segments = Segments()
-        self._edges: dict[str, dict[str, list[float]]] = {}
         self.resumed = False
         self.last_step: int | None = None
-        earlier = None if run.resume == "never" else self._earlier()
+        earlier = None if run.resume == "never" else self._earlier()  # and its segments
         if earlier is None and run.resume == "must":
             raise NoRunToResume(f"aim: no run named {run.ranked_name!r} in experiment "
                                 f"{self._experiment!r} of the Aim repository {self._repo!r}")
@@ -119,7 +117,6 @@ class AimMonitor:
         if earlier is not None:
             self._run = Run(run_hash=earlier, **arguments)
             self.resumed = True
-            self._resume_state()
         else:
             self._run = Run(experiment=self._experiment, **arguments)
             self._run.name = run.ranked_name
@@ -130,29 +127,19 @@ class AimMonitor:
         self._closed = False
 
     def _earlier(self) -> str | None:
-        """The hash of the newest run of this experiment and name, if any."""
-        from .reader import find_run
+        """The hash of the newest run of this experiment and name, if any; records where each
+        of its tags' segments stands and ``last_step`` (its largest scalar step)."""
+        from .reader import find_run, last_steps
 
         try:
             with find_run(self._info, repo=self._repo, experiment=self._experiment) as found:
+                for name, segment, last, is_scalar in last_steps(found):
+                    self._segments.resume(name, segment, last)
+                    if is_scalar:
+                        self.last_step = max(last, self.last_step or 0)
                 return str(found.hash)
         except LookupError:
             return None
-
-    def _resume_state(self) -> None:
-        """Segments and ``last_step`` from the sequences the continued run holds."""
-        for dtype in ("float", "aim.image", "aim.distribution", "aim.text"):
-            for name, context, _ in self._run.iter_sequence_info_by_type(dtype):
-                segment = segment_of(context.to_dict())
-                if segment is None:
-                    continue
-                steps = self._run.meta_run_tree.get(("traces", context.idx, name, "last_step"))
-                if steps is None:
-                    continue
-                self._segments.resume(name, segment, int(steps))
-                if dtype == "float":
-                    self.last_step = max(self.last_step or 0, int(steps))
-        self._edges = dict(self._run.get(EDGES_KEY, None) or {})
 
     @hookimpl
     def monitor_write(self, events: Sequence[Event]) -> None:
@@ -194,8 +181,8 @@ class AimMonitor:
             segment = self._segments.place(item.tag, item.step)
             self._run.track(stored, name=item.tag, step=item.step, context=context_of(segment))
             if edges_kept is not None:
-                self._edges.setdefault(item.tag, {})[f"{segment}:{item.step}"] = edges_kept
-                self._run[EDGES_KEY] = self._edges
+                self._run.set((EDGES_KEY, item.tag, f"{segment}:{item.step}"), edges_kept,
+                              strict=False)
 
     @hookimpl
     def monitor_config(self, config: Mapping[str, Any]) -> None:

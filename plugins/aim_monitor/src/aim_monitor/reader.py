@@ -20,7 +20,7 @@ from core_monitor.media import Histogram, Image, Text
 from . import _compat
 from .storage import CRASH_KEY, EDGES_KEY, HPARAMS, repo_path, segment_of
 
-__all__ = ["find_run", "read_config", "read_crash", "read_media", "read_rows"]
+__all__ = ["find_run", "last_steps", "read_config", "read_crash", "read_media", "read_rows"]
 
 #: Aim's sequence types of the media this plugin stores, and the ``read_media`` value of each.
 MEDIA_DTYPES = ("aim.image", "aim.distribution", "aim.text")
@@ -71,6 +71,20 @@ def _segments(aim_run: Any, dtypes: tuple[str, ...]) -> list[tuple[str, int, Any
             if segment is not None:
                 found.append((name, segment, context, dtype))
     return sorted(set(found), key=lambda entry: (entry[0], entry[1], entry[3]))
+
+
+def last_steps(aim_run: Any) -> list[tuple[str, int, int, bool]]:
+    """``(name, segment, last step, is a scalar)`` of every non-empty sequence this plugin
+    wrote in ``aim_run`` (an ``aim.Run`` from ``find_run``): where a resumed run goes on."""
+    found = []
+    getters = {"float": aim_run.get_metric, "aim.image": aim_run.get_image_sequence,
+               "aim.distribution": aim_run.get_distribution_sequence,
+               "aim.text": aim_run.get_text_sequence}
+    for name, segment, context, dtype in _segments(aim_run, ("float", *MEDIA_DTYPES)):
+        steps = getters[dtype](name, context).data.items_list()[0]
+        if len(steps):
+            found.append((name, segment, int(max(steps)), dtype == "float"))
+    return found
 
 
 def read_rows(run: RunInfo, *, repo: str | None = None,
