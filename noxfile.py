@@ -54,7 +54,12 @@ PLUGINS = {
     "wandb": ROOT / "plugins" / "wandb_monitor",
     "mlflow": ROOT / "plugins" / "mlflow_monitor",
     "csv": ROOT / "plugins" / "csv_monitor",
+    "aim": ROOT / "plugins" / "aim_monitor",
 }
+#: Plugins whose SDK cannot be installed on a supported Python, and those Pythons: the
+#: sessions of those Pythons (``newest``, ``pythons``) leave them out, naming them. Aim's
+#: storage engine (aimrocks) has no wheel for Python 3.13 (aim-monitor: requires-python <3.13).
+UNSUPPORTED_PYTHONS = {"aim": ("3.13",)}
 #: The plugins that wrap an SDK (a ``_compat.py`` with its tested range): ``lowest`` and
 #: ``newest`` run for these; a plugin without an SDK (csv) has no range to cover.
 SDK_PLUGINS = [name for name, folder in PLUGINS.items() if any(folder.glob("src/*/_compat.py"))]
@@ -290,9 +295,21 @@ def lowest_pins(wheel: str) -> list[str]:
 EDGE_TESTS = ["-k", "Contract or internal or sdk or version"]
 
 
-def every_plugins_tests() -> list[str]:
-    """The folders of every plugin's tests (each runs the contract kit)."""
-    return [test for name in PLUGINS for test in plugin_tests(name)]
+def every_plugins_tests(session: nox.Session) -> list[str]:
+    """The folders of the tests of every plugin installable on the session's Python (each
+    runs the contract kit)."""
+    return [test for name in plugins_on(session) for test in plugin_tests(name)]
+
+
+def plugins_on(session: nox.Session) -> dict[str, Path]:
+    """``PLUGINS`` less those whose SDK cannot be installed on the session's Python
+    (``UNSUPPORTED_PYTHONS``), which are named in the session's log."""
+    python = str(session.python or "")
+    left_out = sorted(name for name, pythons in UNSUPPORTED_PYTHONS.items() if python in pythons)
+    if left_out:
+        session.log(f"left out on Python {python} (their SDK has no build for it): "
+                    f"{', '.join(left_out)}")
+    return {name: folder for name, folder in PLUGINS.items() if name not in left_out}
 
 
 # Supported Pythons -------------------------------------------------------------------------
@@ -348,7 +365,7 @@ def edge_tests(session: nox.Session, *pytest_args: str) -> None:
         session.run("pytest", "--timeout=600", *pytest_args, *session.posargs, env=env)
         return
     session.run("pytest", "--timeout=600", *pytest_args, *PYTHON_TESTS, env=env)
-    session.run("pytest", "--timeout=600", *pytest_args, *every_plugins_tests(), *EDGE_TESTS,
+    session.run("pytest", "--timeout=600", *pytest_args, *every_plugins_tests(session), *EDGE_TESTS,
                 env=env)
 
 
@@ -369,7 +386,7 @@ def lowest(session: nox.Session) -> None:
     then. The interpreter is found as ``select_pyenv_pythons`` says; a missing one is skipped
     locally and fails the run in CI (nox's default when ``CI`` is set).
     """
-    wheels = build_wheels(session, [CORE, *PLUGINS.values()])
+    wheels = build_wheels(session, [CORE, *plugins_on(session).values()])
     pins: dict[str, str] = {}
     for wheel in wheels:
         for pin in lowest_pins(wheel):
@@ -401,8 +418,9 @@ def newest(session: nox.Session) -> None:
     expected here and not an error; the session names each SDK version it tested, and the
     range it was tested with (widen ``_compat.TESTED`` once the tests pass).
     """
-    wheels = build_wheels(session, [CORE, *PLUGINS.values()])
-    ranges = tested_ranges()
+    plugins = plugins_on(session)
+    wheels = build_wheels(session, [CORE, *plugins.values()])
+    ranges = {name: tested for name, tested in tested_ranges().items() if name in plugins}
     sdks = {name: re.match(r"[A-Za-z0-9._-]+", tested).group(0) for name, tested in ranges.items()}
     install_wheels(session, wheels, *TEST_DEPS, tested=False)
     session.install("--upgrade", *sdks.values())  # a reused venv (-R) too
@@ -420,7 +438,8 @@ def newest(session: nox.Session) -> None:
 def pythons(session: nox.Session) -> None:
     """``edge_tests`` on the lowest and the highest supported Python with the SDKs inside their
     tested ranges (not a CI session: ``lowest`` and ``newest`` run those Pythons)."""
-    install_wheels(session, build_wheels(session, [CORE, *PLUGINS.values()]), *TEST_DEPS)
+    install_wheels(session, build_wheels(session, [CORE, *plugins_on(session).values()]),
+                   *TEST_DEPS)
     edge_tests(session)
 
 

@@ -10,7 +10,9 @@ fails, naming the file and the field, unless:
   version is the one its ``pyproject.toml`` declares (the only place it is kept);
 - ``License-Expression`` is ``MIT`` and the license text is inside both files;
 - ``Requires-Python`` is ``>=<lowest supported>`` and the classifiers name every supported
-  Python (``PYTHONS`` below, the range CI tests) and no other;
+  Python (``PYTHONS`` below, the range CI tests) and no other; a distribution whose SDK
+  cannot be installed on some of them (``NARROWER_PYTHONS``) says ``>=<lowest>,<<first left
+  out>`` and names its own;
 - ``Project-URL`` has Homepage, Source, Changelog and Issues; the long description is Markdown;
 - the entry points are there: the ``monitors`` command for core-monitor, the backend in the
   ``experiment_monitors`` group for each plugin;
@@ -53,6 +55,7 @@ FOLDERS = {
     "wandb-monitor": ROOT / "plugins" / "wandb_monitor",
     "mlflow-monitor": ROOT / "plugins" / "mlflow_monitor",
     "csv-monitor": ROOT / "plugins" / "csv_monitor",
+    "aim-monitor": ROOT / "plugins" / "aim_monitor",
 }
 #: The supported Pythons (noxfile.PYTHONS says the same; CI tests the lowest and the highest).
 PYTHONS = ("3.10", "3.11", "3.12", "3.13")
@@ -65,7 +68,12 @@ ENTRY_POINTS = {
     "wandb-monitor": [("experiment_monitors", "wandb")],
     "mlflow-monitor": [("experiment_monitors", "mlflow")],
     "csv-monitor": [("experiment_monitors", "csv")],
+    "aim-monitor": [("experiment_monitors", "aim")],
 }
+#: Distributions whose SDK cannot be installed on every supported Python: the Pythons they
+#: support (``Requires-Python`` then also names the first one left out). Aim's aimrocks has no
+#: wheel for Python 3.13.
+NARROWER_PYTHONS = {"aim-monitor": ("3.10", "3.11", "3.12")}
 UPPER_BOUNDS = ("<", "<=", "==", "~=", "!=", "===")
 
 
@@ -113,16 +121,21 @@ def check_metadata(file: str, metadata: Message) -> list[str]:
     """What the index page of ``file`` would lack, one line per field."""
     problems = []
     say = problems.append
+    name = normalise(metadata.get("Name", ""))
+    pythons = NARROWER_PYTHONS.get(name, PYTHONS)
+    requires = f">={pythons[0]}"
+    if pythons != PYTHONS:
+        requires += f",<{PYTHONS[PYTHONS.index(pythons[-1]) + 1]}"
     if metadata.get("License-Expression") != "MIT":
         say(f"{file}: License-Expression is {metadata.get('License-Expression')!r}, not 'MIT'")
-    if metadata.get("Requires-Python") != f">={PYTHONS[0]}":
+    if metadata.get("Requires-Python") != requires:
         say(f"{file}: Requires-Python is {metadata.get('Requires-Python')!r}, "
-            f"not '>={PYTHONS[0]}'")
+            f"not {requires!r}")
     classifiers = metadata.get_all("Classifier") or []
     named = {c.rsplit(" :: ", 1)[1] for c in classifiers
              if re.fullmatch(r"Programming Language :: Python :: 3\.\d+", c)}
-    if named != set(PYTHONS):
-        say(f"{file}: the Python classifiers name {sorted(named)}, not {list(PYTHONS)}")
+    if named != set(pythons):
+        say(f"{file}: the Python classifiers name {sorted(named)}, not {list(pythons)}")
     urls = {u.split(",", 1)[0].strip() for u in metadata.get_all("Project-URL") or []}
     missing = [u for u in URLS if u not in urls]
     if missing:

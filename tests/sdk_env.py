@@ -37,7 +37,10 @@ FOLDER_ENV = (
 #: Variables that would change what a ``Monitor`` does (credentials, rank, disabled backends).
 DROP_ENV = ("WANDB_API_KEY", "HF_TOKEN", "RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS",
             "EXPERIMENT_MONITORS_DISPATCH",
-            "EXPERIMENT_MONITORS", "EXPERIMENT_MONITORS_DISABLE", "MLFLOW_TRACKING_URI")
+            "EXPERIMENT_MONITORS", "EXPERIMENT_MONITORS_DISABLE", "MLFLOW_TRACKING_URI",
+            # Aim: a tracking thread (asynchronous writes), another metadata database, another
+            # name for the repository's .aim folder
+            "AIM_ENABLE_TRACKING_THREAD", "AIM_RUN_META_DATA_DB_URL", "AIM_REPO_NAME")
 
 
 def sdk_folders(root: Path) -> dict[str, str]:

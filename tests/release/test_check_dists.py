@@ -98,3 +98,14 @@ def test_an_empty_folder_names_every_missing_distribution(tmp_path):
     found = check_dists.check_folder(tmp_path)
     missing = [p for p in found if "expected one sdist and one wheel" in p]
     assert [p.split(":")[0] for p in missing] == list(check_dists.FOLDERS)  # six, csv included
+
+
+def test_a_plugin_whose_sdk_skips_a_python_declares_its_own_range():
+    """aim-monitor: aimrocks has no wheel for 3.13, so <3.13 and no 3.13 classifier."""
+    aim = (GOOD.replace("Name: trackio-monitor", "Name: aim-monitor")
+           .replace("Classifier: Programming Language :: Python :: 3.13\n", ""))
+    assert problems(aim) == ["x.whl: Requires-Python is '>=3.10', not '>=3.10,<3.13'"]
+    assert problems(aim.replace("Requires-Python: >=3.10", "Requires-Python: >=3.10,<3.13")) == []
+    (found,) = problems(GOOD.replace("Name: trackio-monitor", "Name: aim-monitor")
+                        .replace("Requires-Python: >=3.10", "Requires-Python: >=3.10,<3.13"))
+    assert "name ['3.10', '3.11', '3.12', '3.13'], not ['3.10', '3.11', '3.12']" in found

@@ -1,0 +1,73 @@
+"""Every access to Aim internals, and the check that they still have the expected shape.
+
+One private dependency: bringing a repository's index up to date before reading it. Aim
+(3.29) writes each run into a chunk database of its own (``.aim/meta/chunks/<run hash>``);
+``aim.Repo`` queries (``iter_runs``, ``get_run``, ``Run(hash, read_only=True)``) read the
+repository's *index* (``.aim/meta/index``), which only Aim's UI server (``aim up``) and its CLI
+(``aim storage reindex``, ``aim runs``) fill, through ``aim.sdk.index_manager.RepoIndexManager``.
+A run written by the SDK alone is therefore invisible to ``aim.Repo`` until one of those has
+run. ``index_runs`` does what ``aim up``'s indexing thread does for each run, once, in the
+reading process: ``RepoIndexManager(repo).index(run_hash)``.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from core_monitor.compat import require_sdk
+
+#: The Aim versions this plugin is tested with (``nox -s lowest`` runs the lowest, ``nox -s
+#: newest`` the newest on the index). The install requirement names only the lowest; outside
+#: this range the core warns once, and ``problems()`` decides whether the plugin runs.
+TESTED = "aim>=3.29.1,<3.30"
+
+#: The keyword arguments of ``aim.Run`` this plugin passes (system tracking off, no terminal
+#: capture, no system params).
+RUN_ARGUMENTS = ("repo", "experiment", "system_tracking_interval", "log_system_params",
+                 "capture_terminal_logs")
+
+# The SDK is imported only when a backend is built, but must be there for the plugin to load.
+require_sdk("aim", "aim-monitor")
+
+
+def problems() -> list[str]:
+    """Import Aim; what it lacks of what this plugin uses (``[]``: nothing)."""
+    import aim
+
+    found = [f"aim.{name} is missing" for name in ("Run", "Repo", "Image", "Distribution", "Text")
+             if not hasattr(aim, name)]
+    if hasattr(aim, "Run"):
+        parameters = inspect.signature(aim.Run.__init__).parameters
+        found += [f"aim.Run() takes no {name!r} argument" for name in RUN_ARGUMENTS
+                  if name not in parameters]
+    try:
+        from aim.sdk.index_manager import RepoIndexManager
+    except ImportError:
+        return [*found, "aim.sdk.index_manager.RepoIndexManager is missing"]
+    if not callable(getattr(RepoIndexManager, "index", None)):
+        found.append("aim.sdk.index_manager.RepoIndexManager.index is missing")
+    return found
+
+
+def index_runs(path: str) -> None:
+    """Index every run of the Aim repository at ``path`` as ``aim up`` does, so that
+    ``aim.Repo(path)`` queries see runs written by the SDK alone (finished
+    or still being written).
+
+    Args:
+        path: the repository's folder (the one holding ``.aim``).
+
+    Raises:
+        aimrocks.errors.RocksIOError: the repository cannot be read.
+    """
+    from aim import Repo
+    from aim.sdk.index_manager import RepoIndexManager
+
+    repo = Repo(path)
+    try:
+        manager: Any = RepoIndexManager(repo)  # a new one: the pooled one caches old reads
+        for run_hash in repo.list_all_runs():
+            manager.index(run_hash)
+    finally:
+        repo.close()

@@ -1,0 +1,220 @@
+"""``AimMonitor``: a run's scalars, media and config in an Aim repository.
+
+Aim is imported when the first ``AimMonitor`` is constructed (or by ``check_sdk``), never at
+import of this module.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from core_monitor import BackendWarning, Capabilities, ConfigError, Event, RunInfo, hookimpl
+from core_monitor.media import Histogram, Image, MediaItem, Text
+from core_monitor.resume import NoRunToResume
+
+from . import _compat
+from .storage import (
+    CRASH_KEY,
+    CRASH_TAG,
+    EDGES_KEY,
+    HPARAMS,
+    Segments,
+    context_of,
+    repo_path,
+)
+
+if TYPE_CHECKING:
+    from core_monitor.hookspecs import MediaBackend
+
+#: Aim's ``Distribution`` holds at most this many bins.
+MAX_BINS = 512
+
+
+class AimMonitor:
+    """Log a run to an Aim repository through ``aim.Run`` (Aim's own logging API).
+
+    Constructed by the core as ``AimMonitor(run, **options)``; users select it as
+    ``Monitor(["aim"], project=..., log_dir=..., aim={"tags": ["baseline"]})``.
+
+    Storage (``aim_monitor.storage``): the repository ``<log_dir>/aim`` (or ``repo``),
+    experiment = ``experiment`` (default: the project), run name = ``RunInfo.ranked_name``;
+    each scalar is ``run.track(value, name=tag, step=step)`` at the caller's step exactly
+    (0 .. 2**63-1, the float64 as logged, NaN and +-inf kept); a step not above the tag's
+    previous one goes into the next *segment* (context ``{"segment": n}``), because Aim keeps
+    one value per step of a sequence. Config: the run param ``hparams``, merged by
+    ``monitor_config``. Media: images as ``aim.Image`` (PNG, caption kept), histograms as
+    ``aim.Distribution`` (at most 512 bins; Aim keeps only the range, so the edges of a
+    histogram whose bins are not of equal width are kept in the run param
+    ``core_monitor_histogram_edges`` and Aim's UI draws it with equal-width bins), text as
+    ``aim.Text``.
+
+    Nothing that samples or patches the process: ``system_tracking_interval=None`` (no CPU,
+    memory or GPU sampling thread), ``log_system_params=False`` (no packages, environment
+    variables or git info copied into the run), ``capture_terminal_logs=False`` (stdout and
+    stderr are not captured).
+
+    Resume (``run.resume``): ``"allow"``/``"must"`` continue the newest run of that experiment
+    and name, ``aim.Run(run_hash=...)``; ``last_step`` is the largest step it holds. ``"must"``
+    without one raises ``NoRunToResume`` before anything is written.
+
+    Args:
+        run: the run (project, name, config, log_dir, rank) from the core.
+        repo: the Aim repository (a folder; Aim creates ``<repo>/.aim``), default
+            ``<log_dir>/aim``, else Aim's default (the current directory).
+        experiment: the Aim experiment, default ``run.project``.
+        tags: run tags (``run.add_tag``), a sequence of non-empty ``str``.
+
+    Raises:
+        NoRunToResume: ``resume="must"`` and no run of that experiment and name exists.
+        ConfigError: (``check_options``) a blank tag.
+    """
+
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        name="aim",
+        rows_readable_after="flush",  # every track is in Aim's RocksDB (its log) at once
+        value_dtype="float64",
+        stores_config=True,  # the run param "hparams"
+        media_kinds=frozenset({"image", "histogram", "text"}),
+        supports_resume=True,  # aim.Run(run_hash=...) continues the run
+        tested_sdk=_compat.TESTED,  # outside this range the core warns once
+    )
+
+    @classmethod
+    def check_options(cls, options: Mapping[str, Any]) -> None:
+        """Refuse blank tags (the core refuses ``tags="a"``, a ``str``, from the annotation).
+
+        Raises:
+            ConfigError: naming the option, the value and the fix.
+        """
+        tags = options.get("tags")
+        if tags is not None and any(not isinstance(t, str) or not t.strip() for t in tags):
+            raise ConfigError(f"aim: option tags={list(tags)!r} holds a blank or non-str tag; "
+                              "give non-empty strings, e.g. tags=['baseline']")
+
+    @classmethod
+    def check_sdk(cls) -> list[str]:
+        """What the installed Aim lacks of what this plugin uses (run by the core)."""
+        return _compat.problems()
+
+    def __init__(self, run: RunInfo, *, repo: str | None = None,
+                 experiment: str | None = None, tags: Sequence[str] | None = None) -> None:
+        from aim import Run
+
+        self._info = run
+        self._repo = repo_path(run, repo)
+        self._experiment = experiment or run.project
+        self._segments = Segments()
+        self.resumed = False
+        self.last_step: int | None = None
+        earlier = None if run.resume == "never" else self._earlier()  # and its segments
+        if earlier is None and run.resume == "must":
+            raise NoRunToResume(f"aim: no run named {run.ranked_name!r} in experiment "
+                                f"{self._experiment!r} of the Aim repository {self._repo!r}")
+        arguments = {"repo": self._repo, "system_tracking_interval": None,
+                     "log_system_params": False, "capture_terminal_logs": False}
+        if earlier is not None:
+            self._run = Run(run_hash=earlier, **arguments)
+            self.resumed = True
+        else:
+            self._run = Run(experiment=self._experiment, **arguments)
+            self._run.name = run.ranked_name
+        for tag in tags or ():
+            self._run.add_tag(tag)
+        if run.config or earlier is None:
+            self._merge_config(dict(run.config))
+        self._closed = False
+
+    def _earlier(self) -> str | None:
+        """The hash of the newest run of this experiment and name, if any; records where each
+        of its tags' segments stands and ``last_step`` (its largest scalar step)."""
+        from .reader import find_run, last_steps
+
+        try:
+            with find_run(self._info, repo=self._repo, experiment=self._experiment) as found:
+                for name, segment, last, is_scalar in last_steps(found):
+                    self._segments.resume(name, segment, last)
+                    if is_scalar:
+                        self.last_step = max(last, self.last_step or 0)
+                return str(found.hash)
+        except LookupError:
+            return None
+
+    @hookimpl
+    def monitor_write(self, events: Sequence[Event]) -> None:
+        """``run.track`` each event at its step (its tag's segment: ``storage``)."""
+        for event in events:
+            segment = self._segments.place(event.tag, event.step)
+            self._run.track(event.value, name=event.tag, step=event.step,
+                            context=context_of(segment))
+
+    @hookimpl
+    def monitor_write_media(self, items: Sequence[MediaItem]) -> None:
+        """``run.track`` an ``aim.Image``, ``aim.Distribution`` or ``aim.Text`` per item."""
+        import aim
+        import numpy as np
+
+        for item in items:
+            value = item.value
+            stored: Any
+            edges_kept = None
+            if isinstance(value, Image):
+                pixels = np.asarray(value.array)
+                stored = aim.Image(pixels[:, :, 0] if pixels.shape[2] == 1 else pixels,
+                                   caption=value.caption or "", format="png")
+            elif isinstance(value, Histogram):
+                counts, edges = value.binned()
+                if len(counts) > MAX_BINS:
+                    warnings.warn(f"aim: histogram {item.tag!r} at step {item.step} has "
+                                  f"{len(counts)} bins; Aim keeps at most {MAX_BINS}: skipped",
+                                  BackendWarning, stacklevel=2)
+                    continue
+                stored = aim.Distribution(hist=counts, bin_range=(edges[0], edges[-1]))
+                if not np.allclose(np.diff(edges), (edges[-1] - edges[0]) / len(counts),
+                                   rtol=1e-9, atol=0):
+                    edges_kept = [float(e) for e in edges]
+            elif isinstance(value, Text):
+                stored = aim.Text(value.text)
+            else:  # the core sends only the declared kinds
+                continue
+            segment = self._segments.place(item.tag, item.step)
+            self._run.track(stored, name=item.tag, step=item.step, context=context_of(segment))
+            if edges_kept is not None:
+                self._run.set((EDGES_KEY, item.tag, f"{segment}:{item.step}"), edges_kept,
+                              strict=False)
+
+    @hookimpl
+    def monitor_config(self, config: Mapping[str, Any]) -> None:
+        """Merge late hyperparameters into the run param ``hparams``."""
+        self._merge_config(dict(config))
+
+    def _merge_config(self, config: dict[str, Any]) -> None:
+        stored = dict(self._run.get(HPARAMS, None) or {})
+        stored.update(config)
+        self._run[HPARAMS] = stored
+
+    @hookimpl
+    def monitor_flush(self) -> None:
+        """Nothing to do: Aim writes each ``track`` to its RocksDB databases (their write-ahead
+        log) at once, readable by ``aim.Repo`` in this and other processes."""
+
+    @hookimpl
+    def monitor_crash(self, reason: str) -> None:
+        """Mark the run: the param ``core_monitor_crash`` = ``reason``, the tag ``crashed`` and
+        an error record in the run's logs (Aim has no run status beyond finished)."""
+        self._run[CRASH_KEY] = reason
+        self._run.add_tag(CRASH_TAG)
+        self._run.log_error(reason)
+
+    @hookimpl
+    def monitor_close(self) -> None:
+        """Finish the run (``run.close()``: its end time). A second call does nothing."""
+        if self._closed:
+            return
+        self._closed = True
+        self._run.close()
+
+
+if TYPE_CHECKING:  # a type checker proves the class has the shape core-monitor expects
+    _shape: type[MediaBackend] = AimMonitor

@@ -1,0 +1,96 @@
+"""Where and how a run is stored in an Aim repository. Imports no SDK.
+
+* Repository: the ``repo`` option, else ``<log_dir>/aim`` (Aim keeps its data in
+  ``<log_dir>/aim/.aim``), else Aim's own default (``.aim`` in the current directory, or
+  ``AIM_REPO`` read by Aim's CLI only: the SDK's default is the current directory).
+* Run: Aim ``experiment`` = the ``experiment`` option (default: the project), Aim run ``name`` =
+  ``RunInfo.ranked_name`` (``<name>-rank<k>`` on a rank k > 0). A run is found again (resume,
+  the readers) as the newest run of that experiment and name.
+* Scalars: ``run.track(value, name=<tag>, step=<step>, context=...)``, one Aim metric per tag.
+  Aim keys a sequence's points by step: a second value at a step already stored would replace
+  the first, and points read back sorted by step. So every tag's points are cut into
+  *segments* of strictly increasing steps: a point whose step is not above the previous step
+  of its tag starts the next segment. Segment 0 is the empty context (what ``run.track``
+  without context writes: a run whose steps only grow is a plain Aim run); segment ``n >= 1``
+  is the context ``{"segment": n}``, which Aim's UI shows as a line of its own (a run resumed
+  from an earlier checkpoint: the repeated steps are a second curve, none replaced). The
+  readers put the segments back in order, so every point comes back as logged.
+* Media: the same, with ``aim.Image`` (PNG), ``aim.Distribution`` and ``aim.Text`` sequences.
+* Config: the run param ``hparams`` (where Aim's UI shows hyperparameters), keys as the core
+  flattened them (``"optimizer.lr"``).
+* Crash: the run param ``core_monitor_crash`` (the reason), the run tag ``crashed`` and an
+  error record in the run's logs (``run.log_error``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from core_monitor import RunInfo
+
+#: The run param holding the hyperparameters (Aim's convention, shown in its UI's params).
+HPARAMS = "hparams"
+#: The context key of a segment after the first (see the module docstring).
+SEGMENT_KEY = "segment"
+#: The run param holding why the run ended by a crash.
+CRASH_KEY = "core_monitor_crash"
+#: The run tag added to a run that ended by a crash.
+CRASH_TAG = "crashed"
+#: The run param holding, per histogram tag and ``"<segment>:<step>"``, the bin edges of a
+#: histogram whose bins are not of equal width (``aim.Distribution`` keeps only the range).
+EDGES_KEY = "core_monitor_histogram_edges"
+#: The folder under ``log_dir`` holding the Aim repository.
+REPO_DIR = "aim"
+
+
+def repo_path(run: RunInfo, repo: str | None = None) -> str | None:
+    """The Aim repository a run is written to: ``repo`` when given, else ``<log_dir>/aim``,
+    else ``None`` (Aim's default: the current directory)."""
+    if repo is not None:
+        return repo
+    if run.log_dir is not None:
+        return str(Path(run.log_dir) / REPO_DIR)
+    return None
+
+
+def context_of(segment: int) -> dict[str, int]:
+    """The Aim context of a segment: ``{}`` for segment 0, else ``{"segment": n}``."""
+    return {} if segment == 0 else {SEGMENT_KEY: segment}
+
+
+def segment_of(context: Mapping[str, Any]) -> int | None:
+    """The segment a stored context stands for; ``None`` for a context this plugin never
+    writes (a sequence the user tracked with a context of their own)."""
+    if not context:
+        return 0
+    value = context.get(SEGMENT_KEY)
+    if len(context) == 1 and type(value) is int and value >= 1:
+        return value
+    return None
+
+
+class Segments:
+    """The segment each new point of a tag goes to (see the module docstring).
+
+    ``place(tag, step)`` returns the segment of the next point of ``tag`` at ``step`` and
+    records it; ``resume(tag, segment, last_step)`` starts from what a continued run holds.
+    """
+
+    def __init__(self) -> None:
+        self._last: dict[str, tuple[int, int]] = {}
+
+    def resume(self, tag: str, segment: int, last_step: int) -> None:
+        if tag not in self._last or self._last[tag][0] <= segment:
+            self._last[tag] = (segment, last_step)
+
+    def place(self, tag: str, step: int) -> int:
+        found = self._last.get(tag)
+        if found is None:  # the tag's first point
+            return self._record(tag, 0, step)
+        return self._record(tag, found[0] if step > found[1] else found[0] + 1, step)
+
+    def _record(self, tag: str, segment: int, step: int) -> int:
+        self._last[tag] = (segment, step)
+        return segment

@@ -1,0 +1,156 @@
+"""The contract kit against the ``aim`` backend, and what is Aim's own: the same values logged
+through ``aim.Run`` directly read back alike through ``aim.Repo``, segments, resume, crash."""
+
+from __future__ import annotations
+
+import functools
+import math
+import shutil
+from collections.abc import Iterator
+from importlib.metadata import entry_points
+from pathlib import Path
+
+import pytest
+
+import aim_monitor
+from aim_monitor import AimMonitor, read_config, read_rows
+from core_monitor import ConfigError, Monitor, RunInfo
+from core_monitor.testing import MonitorContract
+
+
+@pytest.fixture(scope="session")
+def empty_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An empty Aim repository, made once: Aim sets up a new repository's SQLite database by
+    running Alembic in a subprocess (seconds on a busy machine), so each test copies this one
+    instead (a repository is its ``.aim`` folder)."""
+    from aim import Repo
+
+    path = tmp_path_factory.mktemp("aim-template")
+    Repo(str(path), init=True).close()
+    return path
+
+
+@pytest.fixture
+def repo(empty_repo: Path, tmp_path: Path) -> Iterator[str]:
+    """``<tmp_path>/aim``, the repository of ``log_dir=tmp_path``, already initialised."""
+    shutil.copytree(empty_repo, tmp_path / "aim")
+    yield str(tmp_path / "aim")
+
+
+class TestAimContract(MonitorContract):
+    """Every check of the kit: steps, values, flush, close, config, media, resume, ranks; in an
+    initialised repository the ``repo`` option names (the kit's ``log_dir`` stays empty)."""
+
+    backend_class = AimMonitor
+
+    @pytest.fixture
+    def backend_options(self, repo: str) -> dict[str, str]:
+        return {"repo": repo}
+
+    @pytest.fixture
+    def read_rows(self, repo: str):
+        return functools.partial(aim_monitor.read_rows, repo=repo)
+
+    @pytest.fixture
+    def read_config(self, repo: str):
+        return functools.partial(aim_monitor.read_config, repo=repo)
+
+    @pytest.fixture
+    def read_media(self, repo: str):
+        return functools.partial(aim_monitor.read_media, repo=repo)
+
+
+def test_the_entry_points_name_the_backend_and_its_reader() -> None:
+    (found,) = entry_points(group="experiment_monitors", name="aim")
+    assert found.load() is AimMonitor
+    (reader,) = entry_points(group="experiment_monitor_readers", name="aim")
+    assert reader.load() is aim_monitor.reader
+
+
+def test_tags_as_one_string_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"tags=.baseline. \(a str\) must be a list"):
+        Monitor(["aim"], project="p", log_dir=tmp_path, aim={"tags": "baseline"})
+
+
+def test_aims_own_api_and_ours_read_back_alike(tmp_path: Path, repo: str) -> None:
+    """The same steps, values, name, tags and hparams through ``aim.Run`` and through the
+    backend, read back through ``aim.Repo``: what Aim's UI shows is the same for both."""
+    from aim import Repo, Run
+
+    points = [(0, 0.5), (10, 0.25), (20, math.inf), (2**40, math.nan)]
+    config = {"lr": 0.0003, "optimizer.name": "adam", "layers": [64, 64]}
+    theirs = Run(repo=repo, experiment="p", system_tracking_interval=None,
+                 log_system_params=False, capture_terminal_logs=False)
+    theirs.name = "theirs"
+    theirs.add_tag("baseline")
+    theirs["hparams"] = config
+    for step, value in points:
+        theirs.track(value, name="train/loss", step=step)
+    theirs.close()
+    with Monitor(["aim"], project="p", name="ours", config=config, log_dir=tmp_path,
+                 aim={"tags": ["baseline"]}) as monitor:
+        for step, value in points:
+            monitor.log({"train/loss": value}, step=step)
+
+    with aim_monitor.find_run(monitor.run):  # which indexes the repository, as `aim up` does
+        pass
+    seen = {}
+    for found in Repo(repo).iter_runs():
+        (metric,) = list(found.metrics())
+        steps, (values, _, _) = metric.data.items_list()
+        seen[found.name] = (found.experiment, found.props.tags, found["hparams"],
+                            metric.name, metric.context.to_dict(), list(steps),
+                            [repr(v) for v in values])
+    assert seen["ours"] == seen["theirs"]
+    assert seen["ours"][5] == [0, 10, 20, 2**40]
+    assert repr(read_rows(RunInfo(project="p", name="theirs", log_dir=tmp_path))) == repr(
+        read_rows(monitor.run))
+
+
+def test_a_step_logged_again_is_a_second_segment_in_aim(tmp_path: Path, repo: str) -> None:
+    """Aim keeps one value per step of a sequence: the repeat goes to context segment 1."""
+    from aim import Repo
+
+    with Monitor(["aim"], project="p", name="r", log_dir=tmp_path) as monitor:
+        monitor.log({"loss": 1.0}, step=5)
+        monitor.log({"loss": 2.0}, step=5)
+        monitor.log({"loss": 3.0}, step=6)
+    assert read_rows(monitor.run) == [("loss", 5, 1.0), ("loss", 5, 2.0), ("loss", 6, 3.0)]
+    with aim_monitor.find_run(monitor.run):  # which indexes the repository, as `aim up` does
+        pass
+    (found,) = Repo(repo).iter_runs()
+    curves = sorted((m.context.to_dict().get("segment", 0), list(m.data.items_list()[0]))
+                    for m in found.metrics())
+    assert curves == [(0, [5]), (1, [5, 6])]
+
+
+def test_resume_continues_the_run_after_its_segments(tmp_path: Path, repo: str) -> None:
+    with Monitor(["aim"], project="p", name="r", log_dir=tmp_path) as first:
+        first.log({"loss": 1.0}, step=3)
+        first.log({"loss": 2.0}, step=1)  # segment 1
+    with Monitor(["aim"], project="p", name="r", log_dir=tmp_path, resume="must",
+                 config={"late": 1}) as second:
+        assert (second.run.resumed, second.run.last_step) == (True, 3)
+        second.log({"loss": 3.0}, step=2)  # after 1 in segment 1
+        second.log({"loss": 4.0}, step=2)  # segment 2
+    assert read_rows(second.run) == [("loss", 3, 1.0), ("loss", 1, 2.0), ("loss", 2, 3.0),
+                                     ("loss", 2, 4.0)]
+    assert read_config(second.run) == {"late": 1}
+
+
+def test_crash_marks_the_run(tmp_path: Path, repo: str) -> None:
+    run = RunInfo(project="p", name="r", log_dir=tmp_path)
+    backend = AimMonitor(run)
+    backend.monitor_crash("the training process (pid 1) ended without closing the monitor")
+    backend.monitor_close()
+    assert aim_monitor.read_crash(run).startswith("the training process (pid 1)")
+    with aim_monitor.find_run(run) as found:
+        assert aim_monitor.CRASH_TAG in found.props.tags
+
+
+def test_the_aim_internals_used_are_there() -> None:
+    """``monitors list --check`` and the core run this check; the installed Aim passes it."""
+    from core_monitor import Capabilities
+
+    assert aim_monitor._compat.problems() == []
+    assert Capabilities.of(AimMonitor).sdk == "aim"
