@@ -28,6 +28,8 @@ OFFLINE_ENV = {
     "DO_NOT_TRACK": "1",
     "MLFLOW_DISABLE_TELEMETRY": "true",
     "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",  # read_media downloads: no tqdm lines
+    "DVC_NO_ANALYTICS": "true",  # DVC's usage reports (its CLI's; dvclive runs none of it)
+    "DVC_STUDIO_OFFLINE": "true",  # dvc-studio-client: never post live metrics to DVC Studio
 }
 #: Folders the SDKs (and the caches they use) read from the environment.
 FOLDER_ENV = (
@@ -37,7 +39,9 @@ FOLDER_ENV = (
 #: Variables that would change what a ``Monitor`` does (credentials, rank, disabled backends).
 DROP_ENV = ("WANDB_API_KEY", "HF_TOKEN", "RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS",
             "EXPERIMENT_MONITORS_DISPATCH",
-            "EXPERIMENT_MONITORS", "EXPERIMENT_MONITORS_DISABLE", "MLFLOW_TRACKING_URI")
+            "EXPERIMENT_MONITORS", "EXPERIMENT_MONITORS_DISABLE", "MLFLOW_TRACKING_URI",
+            "DVC_STUDIO_TOKEN", "STUDIO_TOKEN", "DVCLIVE_TEST", "DVCLIVE_RESUME", "DVC_ROOT",
+            "DVC_EXP_BASELINE_REV", "DVC_EXP_NAME")
 
 
 def sdk_folders(root: Path) -> dict[str, str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv_monitor
+import dvclive_monitor
 import mlflow_monitor
 import tensorboard_monitor
 import trackio_monitor
@@ -10,7 +11,7 @@ import wandb_monitor
 from core_monitor import RunInfo
 
 #: The first-party backends, in the order the tests select them.
-BACKENDS = ["trackio", "tensorboard", "wandb", "mlflow", "csv"]
+BACKENDS = ["trackio", "tensorboard", "wandb", "mlflow", "csv", "dvclive"]
 #: Backend name -> its plugin's ``read_rows(run)``: ``[(tag, step, value)]`` from its storage.
 READERS = {
     "trackio": trackio_monitor.read_rows,
@@ -18,6 +19,7 @@ READERS = {
     "wandb": wandb_monitor.read_rows,
     "mlflow": mlflow_monitor.read_rows,
     "csv": csv_monitor.read_rows,
+    "dvclive": dvclive_monitor.read_rows,
 }
 
 
@@ -39,4 +41,6 @@ def assert_crash_marks(run: RunInfo, reason: str, last_step: int, *, wandb: bool
     assert [(tag, step) for tag, step, _ in texts] == [(tensorboard_monitor.CRASH_TAG, last_step)]
     assert texts[0][2].startswith(reason)
     status = csv_monitor.read_status(csv_monitor.run_dir(run))
+    assert status is not None and status.startswith(f"crashed: {reason}")
+    status = dvclive_monitor.status_of(run)
     assert status is not None and status.startswith(f"crashed: {reason}")

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import csv_monitor
+import dvclive_monitor
 import mlflow_monitor
 import tensorboard_monitor
 import trackio_monitor
@@ -17,9 +18,11 @@ import wandb_monitor
 from core_monitor import Histogram, Image, Monitor, RunInfo, Text, cli
 
 MODULES = {"trackio": trackio_monitor, "tensorboard": tensorboard_monitor,
-           "wandb": wandb_monitor, "mlflow": mlflow_monitor, "csv": csv_monitor}
+           "wandb": wandb_monitor, "mlflow": mlflow_monitor, "csv": csv_monitor,
+           "dvclive": dvclive_monitor}
 KINDS = {"trackio": {"image", "histogram", "text"}, "tensorboard": {"image", "histogram", "text"},
-         "wandb": {"image", "histogram", "text"}, "mlflow": {"image", "text"}, "csv": set()}
+         "wandb": {"image", "histogram", "text"}, "mlflow": {"image", "text"}, "csv": set(),
+         "dvclive": set()}
 #: Logged out of order, with a repeated step and values float32 cannot hold exactly.
 POINTS = [(0, {"loss": 1 / 3, "acc": 0.1}), (1, {"loss": 0.25}), (5, {"loss": 0.2}),
           (5, {"loss": 0.21}), (3, {"loss": 2 / 7, "acc": 0.7})]
