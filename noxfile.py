@@ -55,6 +55,7 @@ PLUGINS = {
     "mlflow": ROOT / "plugins" / "mlflow_monitor",
     "csv": ROOT / "plugins" / "csv_monitor",
     "dvclive": ROOT / "plugins" / "dvclive_monitor",
+    "swanlab": ROOT / "plugins" / "swanlab_monitor",
 }
 #: The plugins that wrap an SDK (a ``_compat.py`` with its tested range): ``lowest`` and
 #: ``newest`` run for these; a plugin without an SDK (csv) has no range to cover.

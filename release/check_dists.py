@@ -54,6 +54,7 @@ FOLDERS = {
     "mlflow-monitor": ROOT / "plugins" / "mlflow_monitor",
     "csv-monitor": ROOT / "plugins" / "csv_monitor",
     "dvclive-monitor": ROOT / "plugins" / "dvclive_monitor",
+    "swanlab-monitor": ROOT / "plugins" / "swanlab_monitor",
 }
 #: The supported Pythons (noxfile.PYTHONS says the same; CI tests the lowest and the highest).
 PYTHONS = ("3.10", "3.11", "3.12", "3.13")
@@ -67,6 +68,7 @@ ENTRY_POINTS = {
     "mlflow-monitor": [("experiment_monitors", "mlflow")],
     "csv-monitor": [("experiment_monitors", "csv")],
     "dvclive-monitor": [("experiment_monitors", "dvclive")],
+    "swanlab-monitor": [("experiment_monitors", "swanlab")],
 }
 UPPER_BOUNDS = ("<", "<=", "==", "~=", "!=", "===")
 

@@ -34,7 +34,7 @@ import ctypes, json, os, signal, subprocess, sys
 from core_monitor import Monitor
 
 log_dir, death = sys.argv[1], sys.argv[2]
-monitor = Monitor(["trackio", "tensorboard", "wandb", "mlflow", "csv", "dvclive"],
+monitor = Monitor(["trackio", "tensorboard", "wandb", "mlflow", "csv", "dvclive", "swanlab"],
                   project="crash",
                   name="job", log_dir=log_dir)
 listing = subprocess.run(["ps", "-A", "-o", "pid=,ppid=,args="], capture_output=True,
