@@ -55,6 +55,8 @@ PLUGINS = {
     "mlflow": ROOT / "plugins" / "mlflow_monitor",
     "csv": ROOT / "plugins" / "csv_monitor",
     "aim": ROOT / "plugins" / "aim_monitor",
+    "dvclive": ROOT / "plugins" / "dvclive_monitor",
+    "swanlab": ROOT / "plugins" / "swanlab_monitor",
 }
 #: Plugins whose SDK cannot be installed on a supported Python, and those Pythons: the
 #: sessions of those Pythons (``newest``, ``pythons``) leave them out, naming them. Aim's

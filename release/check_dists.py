@@ -56,6 +56,8 @@ FOLDERS = {
     "mlflow-monitor": ROOT / "plugins" / "mlflow_monitor",
     "csv-monitor": ROOT / "plugins" / "csv_monitor",
     "aim-monitor": ROOT / "plugins" / "aim_monitor",
+    "dvclive-monitor": ROOT / "plugins" / "dvclive_monitor",
+    "swanlab-monitor": ROOT / "plugins" / "swanlab_monitor",
 }
 #: The supported Pythons (noxfile.PYTHONS says the same; CI tests the lowest and the highest).
 PYTHONS = ("3.10", "3.11", "3.12", "3.13")
@@ -69,6 +71,8 @@ ENTRY_POINTS = {
     "mlflow-monitor": [("experiment_monitors", "mlflow")],
     "csv-monitor": [("experiment_monitors", "csv")],
     "aim-monitor": [("experiment_monitors", "aim")],
+    "dvclive-monitor": [("experiment_monitors", "dvclive")],
+    "swanlab-monitor": [("experiment_monitors", "swanlab")],
 }
 #: Distributions whose SDK cannot be installed on every supported Python: the Pythons they
 #: support (``Requires-Python`` then also names the first one left out). Aim's aimrocks has no

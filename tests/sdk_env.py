@@ -28,11 +28,17 @@ OFFLINE_ENV = {
     "DO_NOT_TRACK": "1",
     "MLFLOW_DISABLE_TELEMETRY": "true",
     "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",  # read_media downloads: no tqdm lines
+    "DVC_NO_ANALYTICS": "true",  # DVC's usage reports (its CLI's; dvclive runs none of it)
+    "DVC_STUDIO_OFFLINE": "true",  # dvc-studio-client: never post live metrics to DVC Studio
+    "SWANLAB_MODE": "offline",  # SwanLab's default is its cloud (online)
+    "SWANLAB_PROBE_MONITOR": "false",  # SwanLab's hardware monitor thread (every 10 s)
+    "SWANLAB_PROBE_REQUIREMENTS": "false",  # SwanLab runs `uv pip list`/`pip list` at init
 }
 #: Folders the SDKs (and the caches they use) read from the environment.
 FOLDER_ENV = (
     "WANDB_DIR", "WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR", "WANDB_ARTIFACT_DIR",
     "TRACKIO_DIR", "HF_HOME", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "MPLCONFIGDIR",
+    "SWANLAB_ROOT", "SWANLAB_LOG_DIR",
 )
 #: Variables that would change what a ``Monitor`` does (credentials, rank, disabled backends).
 DROP_ENV = ("WANDB_API_KEY", "HF_TOKEN", "RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS",
@@ -40,7 +46,10 @@ DROP_ENV = ("WANDB_API_KEY", "HF_TOKEN", "RANK", "WORLD_SIZE", "SLURM_PROCID", "
             "EXPERIMENT_MONITORS", "EXPERIMENT_MONITORS_DISABLE", "MLFLOW_TRACKING_URI",
             # Aim: a tracking thread (asynchronous writes), another metadata database, another
             # name for the repository's .aim folder
-            "AIM_ENABLE_TRACKING_THREAD", "AIM_RUN_META_DATA_DB_URL", "AIM_REPO_NAME")
+            "AIM_ENABLE_TRACKING_THREAD", "AIM_RUN_META_DATA_DB_URL", "AIM_REPO_NAME",
+            "DVC_STUDIO_TOKEN", "STUDIO_TOKEN", "DVCLIVE_TEST", "DVCLIVE_RESUME", "DVC_ROOT",
+            "DVC_EXP_BASELINE_REV", "DVC_EXP_NAME", "SWANLAB_API_KEY", "SWANLAB_WEBHOOK",
+            "SWANLAB_SAVE_DIR")
 
 
 def sdk_folders(root: Path) -> dict[str, str]:

@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import aim_monitor
 import csv_monitor
+import dvclive_monitor
 import mlflow_monitor
+import swanlab_monitor
 import tensorboard_monitor
 import trackio_monitor
 import wandb_monitor
 from core_monitor import RunInfo
 
 #: The first-party backends, in the order the tests select them.
-BACKENDS = ["trackio", "tensorboard", "wandb", "mlflow", "csv", "aim"]
+BACKENDS = ["trackio", "tensorboard", "wandb", "mlflow", "csv", "aim", "dvclive", "swanlab"]
+#: The backends that continue a run (``supports_resume``): the resume tests select these.
+#: SwanLab resumes only on its cloud.
+RESUMABLE = [name for name in BACKENDS if name != "swanlab"]
 #: Backend name -> its plugin's ``read_rows(run)``: ``[(tag, step, value)]`` from its storage.
 READERS = {
     "trackio": trackio_monitor.read_rows,
@@ -20,6 +25,8 @@ READERS = {
     "mlflow": mlflow_monitor.read_rows,
     "csv": csv_monitor.read_rows,
     "aim": aim_monitor.read_rows,
+    "dvclive": dvclive_monitor.read_rows,
+    "swanlab": swanlab_monitor.read_rows,
 }
 
 
@@ -44,3 +51,7 @@ def assert_crash_marks(run: RunInfo, reason: str, last_step: int, *, wandb: bool
     assert status is not None and status.startswith(f"crashed: {reason}")
     aim_crash = aim_monitor.read_crash(run)
     assert aim_crash is not None and aim_crash.startswith(reason)
+    status = dvclive_monitor.status_of(run)
+    assert status is not None and status.startswith(f"crashed: {reason}")
+    state, error = swanlab_monitor.read_finish(run) or ("no finish record", "")
+    assert state == "RUN_STATE_CRASHED" and error.startswith(reason)

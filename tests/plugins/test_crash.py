@@ -34,7 +34,8 @@ import ctypes, json, os, signal, subprocess, sys
 from core_monitor import Monitor
 
 log_dir, death = sys.argv[1], sys.argv[2]
-monitor = Monitor(["trackio", "tensorboard", "wandb", "mlflow", "csv", "aim"], project="crash",
+monitor = Monitor(["trackio", "tensorboard", "wandb", "mlflow", "csv", "aim", "dvclive",
+                   "swanlab"], project="crash",
                   name="job", log_dir=log_dir)
 listing = subprocess.run(["ps", "-A", "-o", "pid=,ppid=,args="], capture_output=True,
                          text=True, check=True).stdout

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from interpreter import run_python
-from trackers import BACKENDS, READERS
+from trackers import READERS, RESUMABLE
 
 import mlflow_monitor
 import tensorboard_monitor
@@ -28,7 +28,8 @@ import json, os, signal, sys
 from core_monitor import Monitor
 
 log_dir, first, last, resume, kill = sys.argv[1], *map(int, sys.argv[2:4]), *sys.argv[4:6]
-monitor = Monitor(["trackio", "tensorboard", "wandb", "mlflow", "csv", "aim"], project="preempt",
+monitor = Monitor(["trackio", "tensorboard", "wandb", "mlflow", "csv", "aim", "dvclive"],
+                  project="preempt",
                   name="job", log_dir=log_dir, config={"lr": 0.1}, resume=resume)
 print(json.dumps({"resumed": monitor.run.resumed, "last_step": monitor.run.last_step,
                   "last_steps": monitor.last_steps}), flush=True)
@@ -52,7 +53,7 @@ def train(log_dir: Path, first: int, last: int, resume: str, kill: str) -> tuple
 
 def loss_steps(run: RunInfo) -> dict[str, list[int]]:
     return {name: sorted(s for t, s, _ in read(run) if t == "loss")
-            for name, read in READERS.items()}
+            for name, read in READERS.items() if name in RESUMABLE}
 
 
 def test_a_killed_run_continues_as_one_run_in_every_backend(tmp_path):
@@ -60,14 +61,14 @@ def test_a_killed_run_continues_as_one_run_in_every_backend(tmp_path):
     code, first = train(log_dir, 0, 50, "allow", "kill")
     assert code == -signal.SIGKILL
     assert first == {"resumed": False, "last_step": None,
-                     "last_steps": dict.fromkeys(BACKENDS)}
+                     "last_steps": dict.fromkeys(RESUMABLE)}
     run = RunInfo(project="preempt", name="job", log_dir=log_dir)
-    steps = {name: list(range(50)) for name in BACKENDS}
+    steps = {name: list(range(50)) for name in RESUMABLE}
     assert loss_steps(run) == steps, "flush() before the kill"
 
     _, second = train(log_dir, 50, 100, "allow", "close")
-    assert second == {"resumed": True, "last_step": 49, "last_steps": dict.fromkeys(BACKENDS, 49)}
-    assert loss_steps(run) == {name: list(range(100)) for name in BACKENDS}
+    assert second == {"resumed": True, "last_step": 49, "last_steps": dict.fromkeys(RESUMABLE, 49)}
+    assert loss_steps(run) == {name: list(range(100)) for name in RESUMABLE}
     values = {(s, v) for t, s, v in trackio_monitor.read_rows(run) if t == "loss"}
     assert values == {(s, 1.0 / (s + 1)) for s in range(100)}
 
@@ -93,12 +94,12 @@ def test_a_killed_run_continues_as_one_run_in_every_backend(tmp_path):
 def test_must_without_an_earlier_run_names_every_backend_and_writes_nothing(tmp_path):
     log_dir = tmp_path / "runs"
     with pytest.raises(NoRunToResume) as raised:
-        Monitor(BACKENDS, project="p", name="never-ran", log_dir=log_dir, resume="must")
+        Monitor(RESUMABLE, project="p", name="never-ran", log_dir=log_dir, resume="must")
     assert isinstance(raised.value, ConfigError)
-    assert sorted(raised.value.missing) == sorted(BACKENDS)
+    assert sorted(raised.value.missing) == sorted(RESUMABLE)
     message = str(raised.value)
     assert "never-ran" in message and "resume='allow'" in message
-    for name in BACKENDS:
+    for name in RESUMABLE:
         assert f"{name}:" in message
         assert f"{name}: {name}:" not in message, message  # each backend named once
     assert not log_dir.exists(), sorted(str(p) for p in log_dir.rglob("*"))

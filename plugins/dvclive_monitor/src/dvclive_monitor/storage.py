@@ -1,0 +1,67 @@
+"""Where a run's files are, which file holds a tag, and the run's status: shared by the backend
+and the reader."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from urllib.parse import quote, unquote
+
+from core_monitor import RunInfo
+
+#: Where runs go when the user gives no ``log_dir`` (DVCLive's own default folder).
+DEFAULT_DIR = Path("dvclive")
+#: DVCLive's files in a run's folder (``Live.metrics_file``, ``Live.params_file``,
+#: ``Live.plots_dir``/``metrics``).
+METRICS_JSON = "metrics.json"
+PARAMS_YAML = "params.yaml"
+METRICS_DIR = Path("plots") / "metrics"
+#: The plugin's own file: ``running``, ``finished`` or ``crashed: <reason>`` (DVCLive has no
+#: run status).
+STATUS = "status"
+#: The first character of an escaped tag's file name (never the first of a tag stored as is).
+ESCAPE = "%"
+
+
+def run_dir(run: RunInfo) -> Path:
+    """``<log_dir>/<project>/<run name>`` (``Live(dir=...)``); ``<run name>-rank<rank>`` above
+    rank 0; without ``log_dir``, under ``./dvclive/``."""
+    return Path(run.log_dir or DEFAULT_DIR).expanduser() / run.project / run.ranked_name
+
+
+def metric_name(tag: str) -> str:
+    """The name given to ``Live.log_metric`` for ``tag``: the tag itself (DVCLive writes
+    ``plots/metrics/<tag>.tsv``, a ``/`` making folders), unless that would not give one file
+    of its own under ``plots/metrics``: a part of the tag between ``/`` that is empty, ``.`` or
+    ``..``, a last part ``step`` (DVCLive's step column would take its place), or a tag starting
+    with ``%``. Those are stored as ``%`` + the whole tag percent-encoded, one file name
+    (``"a//b"`` -> ``%a%2F%2Fb``); ``tag_of`` reverses it."""
+    parts = tag.split("/")
+    if tag.startswith(ESCAPE) or parts[-1] == "step" or any(p in ("", ".", "..") for p in parts):
+        return ESCAPE + quote(tag, safe="")
+    return tag
+
+
+def tag_of(name: str) -> str:
+    """The tag stored under the metric ``name`` (the inverse of ``metric_name``)."""
+    return unquote(name[1:]) if name.startswith(ESCAPE) else name
+
+
+def write_status(folder: Path, text: str) -> None:
+    """Replace ``<folder>/status`` with ``text`` (one line) through a temporary file, so a
+    reader sees the old or the new line, never half."""
+    path = folder / STATUS
+    partial = path.with_name(STATUS + ".partial")
+    partial.write_text(text + "\n", encoding="utf-8")
+    os.replace(partial, path)
+
+
+def read_status(folder: Path) -> str | None:
+    """The run's status line, or ``None`` when the run has none."""
+    path = folder / STATUS
+    return path.read_text(encoding="utf-8").strip() if path.exists() else None
+
+
+def holds_run(folder: Path) -> bool:
+    """Whether ``folder`` holds a DVCLive run (its metrics, params or summary file)."""
+    return any((folder / name).exists() for name in (METRICS_JSON, PARAMS_YAML, METRICS_DIR))
