@@ -54,6 +54,7 @@ PLUGINS = {
     "wandb": ROOT / "plugins" / "wandb_monitor",
     "mlflow": ROOT / "plugins" / "mlflow_monitor",
     "csv": ROOT / "plugins" / "csv_monitor",
+    "comet": ROOT / "plugins" / "comet_monitor",
 }
 #: The plugins that wrap an SDK (a ``_compat.py`` with its tested range): ``lowest`` and
 #: ``newest`` run for these; a plugin without an SDK (csv) has no range to cover.

@@ -53,6 +53,7 @@ FOLDERS = {
     "wandb-monitor": ROOT / "plugins" / "wandb_monitor",
     "mlflow-monitor": ROOT / "plugins" / "mlflow_monitor",
     "csv-monitor": ROOT / "plugins" / "csv_monitor",
+    "comet-monitor": ROOT / "plugins" / "comet_monitor",
 }
 #: The supported Pythons (noxfile.PYTHONS says the same; CI tests the lowest and the highest).
 PYTHONS = ("3.10", "3.11", "3.12", "3.13")
@@ -65,6 +66,7 @@ ENTRY_POINTS = {
     "wandb-monitor": [("experiment_monitors", "wandb")],
     "mlflow-monitor": [("experiment_monitors", "mlflow")],
     "csv-monitor": [("experiment_monitors", "csv")],
+    "comet-monitor": [("experiment_monitors", "comet")],
 }
 UPPER_BOUNDS = ("<", "<=", "==", "~=", "!=", "===")
 

@@ -28,16 +28,22 @@ OFFLINE_ENV = {
     "DO_NOT_TRACK": "1",
     "MLFLOW_DISABLE_TELEMETRY": "true",
     "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",  # read_media downloads: no tqdm lines
+    "COMET_DISABLE_AUTO_LOGGING": "1",  # comet_ml's import hooks (torch, TensorBoard, ...)
+    "COMET_ERROR_TRACKING_ENABLE": "false",  # comet_ml's Sentry reports
 }
 #: Folders the SDKs (and the caches they use) read from the environment.
 FOLDER_ENV = (
     "WANDB_DIR", "WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR", "WANDB_ARTIFACT_DIR",
     "TRACKIO_DIR", "HF_HOME", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "MPLCONFIGDIR",
+    "COMET_OFFLINE_DIRECTORY", "COMET_CONFIG",  # COMET_CONFIG: a folder with .comet.config
 )
 #: Variables that would change what a ``Monitor`` does (credentials, rank, disabled backends).
 DROP_ENV = ("WANDB_API_KEY", "HF_TOKEN", "RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS",
             "EXPERIMENT_MONITORS_DISPATCH",
-            "EXPERIMENT_MONITORS", "EXPERIMENT_MONITORS_DISABLE", "MLFLOW_TRACKING_URI")
+            "EXPERIMENT_MONITORS", "EXPERIMENT_MONITORS_DISABLE", "MLFLOW_TRACKING_URI",
+            "COMET_API_KEY", "COMET_WORKSPACE", "COMET_PROJECT_NAME", "COMET_EXPERIMENT_KEY",
+            "COMET_START_MODE", "COMET_START_ONLINE", "COMET_START_EXPERIMENT_KEY",
+            "COMET_START_EXPERIMENT_NAME")
 
 
 def sdk_folders(root: Path) -> dict[str, str]:

@@ -1,47 +1,25 @@
-"""The core-monitor contract kit against the ``comet`` backend, plus this backend's own tests.
-
-Run with ``pytest`` once the package is installed with its test extra:
-``pip install '.[test]'`` (the kit comes with ``core-monitor[testing]``).
-"""
+"""The ``comet`` backend: the contract kit reading Comet's offline archives back, and what is
+Comet's own (side by side with comet_ml's API, resume, the crash mark, quietness)."""
 
 from __future__ import annotations
 
 from importlib.metadata import entry_points
-from pathlib import Path
 
-import pytest
-from core_monitor import ConfigError, Monitor
+from comet_monitor import CometMonitor, read_config, read_media, read_rows
 from core_monitor.testing import MonitorContract
 
-from comet_monitor import CometMonitor, read_config, read_rows
 
-
-class TestCometMonitorContract(MonitorContract):
-    """Every check of the kit: steps, values, flush, close, config, ranks."""
+class TestCometContract(MonitorContract):
+    """Every check of the kit, offline (the default)."""
 
     backend_class = CometMonitor
     read_rows = staticmethod(read_rows)
     read_config = staticmethod(read_config)
+    read_media = staticmethod(read_media)
 
 
-def test_the_entry_point_names_the_backend_class() -> None:
-    (found,) = entry_points(group="experiment_monitors", name="comet")
-    assert found.load() is CometMonitor
-
-
-def test_fsync_must_be_a_bool(tmp_path: Path) -> None:
-    """The core checks the option's type from the annotation of ``__init__``."""
-    with pytest.raises(ConfigError, match="fsync='yes'.*True or False"):
-        Monitor(["comet"], project="p", log_dir=tmp_path, comet={"fsync": "yes"})
-
-
-def test_buffering_zero_is_refused_by_check_options(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="buffering=0"):
-        Monitor(["comet"], project="p", log_dir=tmp_path, comet={"buffering": 0})
-
-
-def test_fsync_writes_are_read_back(tmp_path: Path) -> None:
-    with Monitor(["comet"], project="p", name="r", log_dir=tmp_path,
-                 comet={"fsync": True}) as monitor:
-        monitor.log({"loss": 0.5}, step=3)
-    assert read_rows(monitor.run) == [("loss", 3, 0.5)]
+def test_the_entry_points_name_the_backend_and_its_reader():
+    (backend,) = entry_points(group="experiment_monitors", name="comet")
+    assert backend.load() is CometMonitor
+    (found,) = entry_points(group="experiment_monitor_readers", name="comet")
+    assert found.value == "comet_monitor.reader"
