@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import comet_monitor
 import csv_monitor
 import mlflow_monitor
 import tensorboard_monitor
@@ -10,7 +11,7 @@ import wandb_monitor
 from core_monitor import RunInfo
 
 #: The first-party backends, in the order the tests select them.
-BACKENDS = ["trackio", "tensorboard", "wandb", "mlflow", "csv"]
+BACKENDS = ["trackio", "tensorboard", "wandb", "mlflow", "csv", "comet"]
 #: Backend name -> its plugin's ``read_rows(run)``: ``[(tag, step, value)]`` from its storage.
 READERS = {
     "trackio": trackio_monitor.read_rows,
@@ -18,6 +19,7 @@ READERS = {
     "wandb": wandb_monitor.read_rows,
     "mlflow": mlflow_monitor.read_rows,
     "csv": csv_monitor.read_rows,
+    "comet": comet_monitor.read_rows,
 }
 
 
@@ -40,3 +42,5 @@ def assert_crash_marks(run: RunInfo, reason: str, last_step: int, *, wandb: bool
     assert texts[0][2].startswith(reason)
     status = csv_monitor.read_status(csv_monitor.run_dir(run))
     assert status is not None and status.startswith(f"crashed: {reason}")
+    assert (comet_monitor.read_crash(run) or "").startswith(reason)
+    assert comet_monitor.CRASH_TAG in comet_monitor.read_tags(run)

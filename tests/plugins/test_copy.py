@@ -9,6 +9,7 @@ import struct
 import numpy as np
 import pytest
 
+import comet_monitor
 import csv_monitor
 import mlflow_monitor
 import tensorboard_monitor
@@ -17,9 +18,11 @@ import wandb_monitor
 from core_monitor import Histogram, Image, Monitor, RunInfo, Text, cli
 
 MODULES = {"trackio": trackio_monitor, "tensorboard": tensorboard_monitor,
-           "wandb": wandb_monitor, "mlflow": mlflow_monitor, "csv": csv_monitor}
+           "wandb": wandb_monitor, "mlflow": mlflow_monitor, "csv": csv_monitor,
+           "comet": comet_monitor}
 KINDS = {"trackio": {"image", "histogram", "text"}, "tensorboard": {"image", "histogram", "text"},
-         "wandb": {"image", "histogram", "text"}, "mlflow": {"image", "text"}, "csv": set()}
+         "wandb": {"image", "histogram", "text"}, "mlflow": {"image", "text"}, "csv": set(),
+         "comet": {"image", "text"}}
 #: Logged out of order, with a repeated step and values float32 cannot hold exactly.
 POINTS = [(0, {"loss": 1 / 3, "acc": 0.1}), (1, {"loss": 0.25}), (5, {"loss": 0.2}),
           (5, {"loss": 0.21}), (3, {"loss": 2 / 7, "acc": 0.7})]

@@ -4,17 +4,21 @@ the user asks for online. comet_ml is imported when the first ``CometMonitor`` i
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from core_monitor import Capabilities, ConfigError, Event, RunInfo, hookimpl
 from core_monitor.events import rows_by_step
-from core_monitor.media import Image, MediaItem, Text
+from core_monitor.media import MediaItem
 from core_monitor.resume import NoRunToResume
 
-from . import _compat, output, reader
-from .storage import CRASH_OTHER, CRASH_TAG, run_dir
+from . import _compat, media, output, reader
+from .media import MEDIA_KINDS
+from .storage import CRASH_OTHER, CRASH_TAG, STAGING, run_dir
 
 if TYPE_CHECKING:
     from core_monitor.hookspecs import MediaBackend
@@ -32,10 +36,6 @@ QUIET_EXPERIMENT = {
     "log_env_gpu": False, "log_env_host": False, "log_env_cpu": False, "log_env_disk": False,
     "display_summary_level": 0,
 }
-#: The media kinds stored: Comet's images and text samples. Comet's histograms
-#: (``log_histogram_3d``) re-bin values into its own fixed buckets, so a histogram could not
-#: keep the caller's bins: the core skips histograms for this backend and says so once.
-MEDIA_KINDS = frozenset({"image", "text"})
 
 
 class CometMonitor:
@@ -46,9 +46,11 @@ class CometMonitor:
     ``Monitor(["comet"], ..., comet={"workspace": "my-team"})``.
 
     Storage (offline): ``<log_dir>/comet/<project>/<run name>/<experiment key>.zip``
-    (``storage.run_dir``), written by ``Experiment.end()`` at ``monitor_close``: until then
-    Comet keeps the messages in a temporary folder (``$TMPDIR/tmp*``), so rows are readable
-    after close only. In it: each scalar a Comet metric at the caller's step exactly (values
+    (``storage.run_dir``). Comet keeps an open experiment's messages in a temporary folder
+    (``$TMPDIR/tmp*``) and writes the archive at ``Experiment.end()``; ``monitor_flush``
+    writes it as it stands (``_compat.checkpoint``), and ``monitor_close`` lets Comet write
+    the final one in ``<run folder>/.ending`` and moves it over, so a reader sees a whole
+    archive at any time. In it: each scalar a Comet metric at the caller's step exactly (values
     as JSON numbers, NaN and +-inf as Comet's strings), the config as Comet parameters (late
     config, ``monitor_config``, logged again: the last value wins), the run name as the
     experiment name (``set_name``: ``<name>-rank<r>`` above rank 0), ``tags`` as Comet tags,
@@ -75,6 +77,9 @@ class CometMonitor:
             random one, on rank 0 (other ranks' runs are experiments of their own). With
             ``resume`` it names the experiment to continue.
         tags: Comet tags of the experiment.
+        api_key: online only: the Comet API key; ``None`` (default): Comet's own configuration
+            (``COMET_API_KEY``, ``~/.comet.config``). Offline runs need none (``comet upload``
+            reads Comet's configuration).
         quiet: ``True`` (default) hides comet_ml's ``COMET INFO`` lines while the plugin starts
             and ends the experiment (``output``); ``False`` shows them.
 
@@ -90,10 +95,10 @@ class CometMonitor:
     #: What this backend stores and needs, read by the core and the contract kit.
     capabilities: ClassVar[Capabilities] = Capabilities(
         name="comet",
-        rows_readable_after="close",  # the offline archive is written by end()
+        rows_readable_after="flush",  # monitor_flush writes the archive as it stands
         value_dtype="float64",  # metric values are JSON numbers in the archive: exact
         stores_config=True,  # Comet parameters (``reader.read_config``)
-        media_kinds=MEDIA_KINDS,
+        media_kinds=MEDIA_KINDS,  # images and text (``media``); no histograms
         supports_resume=True,  # ExistingOfflineExperiment ("Resume" above)
         tested_sdk=_compat.TESTED,  # outside this range the core warns once
     )
@@ -126,7 +131,8 @@ class CometMonitor:
 
     def __init__(self, run: RunInfo, *, online: bool = False, project: str | None = None,
                  workspace: str | None = None, experiment_key: str | None = None,
-                 tags: Sequence[str] = (), quiet: bool = True) -> None:
+                 tags: Sequence[str] = (), api_key: str | None = None,
+                 quiet: bool = True) -> None:
         self.run = run
         self.online = online
         self.quiet = quiet
@@ -142,9 +148,11 @@ class CometMonitor:
         with output.hidden(quiet):
             if online:
                 kind = comet_ml.ExistingExperiment if continued else comet_ml.Experiment
+                if api_key is not None:
+                    settings["api_key"] = api_key
             else:
-                self.folder.mkdir(parents=True, exist_ok=True)
-                settings["offline_directory"] = str(self.folder)
+                (self.folder / STAGING).mkdir(parents=True, exist_ok=True)
+                settings["offline_directory"] = str(self.folder / STAGING)
                 kind = (comet_ml.ExistingOfflineExperiment if continued
                         else comet_ml.OfflineExperiment)
             if continued:
@@ -169,28 +177,27 @@ class CometMonitor:
 
     @hookimpl
     def monitor_write_media(self, items: Sequence[MediaItem]) -> None:
-        """Each image as a Comet image (``log_image``, a PNG named the tag, the caption in
-        its metadata), each text as a Comet text sample (``log_text``, the tag in its
-        metadata), at the item's step."""
-        from PIL import Image as PILImage
-
+        """Each image and text at its step, as ``media`` says."""
         for item in items:
-            value = item.value
-            if isinstance(value, Image):
-                pixels = value.array
-                picture = PILImage.fromarray(pixels[:, :, 0] if pixels.shape[2] == 1 else pixels)
-                metadata = {} if value.caption is None else {"caption": value.caption}
-                self._experiment.log_image(picture, name=item.tag, step=item.step,
-                                           image_format="png", metadata=metadata)
-            elif isinstance(value, Text):
-                self._experiment.log_text(value.text, step=item.step,
-                                          metadata={"tag": item.tag})
+            media.write(self._experiment, item)
 
     @hookimpl
     def monitor_config(self, config: Mapping[str, Any]) -> None:
         """Log the keys again as Comet parameters: Comet (and ``read_config``) keep the last
         value of a parameter."""
         self._experiment.log_parameters(dict(config))
+
+    @hookimpl
+    def monitor_flush(self) -> None:
+        """Offline: write the run's archive as it stands (``_compat.checkpoint``: the whole
+        archive again, atomically), so every row so far is readable and survives the writer
+        process being killed. Online: ``Experiment.flush()``, which waits until Comet's server
+        has everything logged so far."""
+        if self.online:
+            self._experiment.flush()
+        else:
+            _compat.checkpoint(self._experiment, self.folder / _compat.archive_name(
+                self._experiment))
 
     @hookimpl
     def monitor_crash(self, reason: str) -> None:
@@ -208,6 +215,12 @@ class CometMonitor:
         self._closed = True
         with output.hidden(self.quiet):
             self._experiment.end()
+        if not self.online:  # Comet wrote the archive in place: move it over the checkpoint
+            name = _compat.archive_name(self._experiment)
+            written = Path(self._experiment.offline_directory) / name
+            os.replace(written, self.folder / name)
+            with contextlib.suppress(OSError):  # another process of this run is ending too
+                (self.folder / STAGING).rmdir()
 
     def _earlier(self, key: str | None) -> tuple[str | None, int | None]:
         """``(key of the experiment to continue, its largest step)``; ``(None, None)``: start a

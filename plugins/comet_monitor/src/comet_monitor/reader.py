@@ -23,7 +23,7 @@ from core_monitor import RunInfo
 from core_monitor.media import Image, Text
 
 from . import _compat
-from .storage import CRASH_OTHER, run_dir
+from .storage import CAPTION_KEY, CRASH_OTHER, TAG_KEY, run_dir
 
 __all__ = ["Archive", "open_archive", "read_archives", "read_archives_in", "read_config",
            "read_crash", "read_media", "read_others", "read_rows", "read_tags", "rows_of"]
@@ -96,7 +96,8 @@ def _messages(run: RunInfo, kind: str) -> Iterator[tuple[Archive, dict[str, Any]
 
 
 def read_rows(run: RunInfo) -> list[tuple[str, int, float]]:
-    """The run's scalars as ``(tag, step, value)`` in the order logged; ``[]`` when none.
+    """The run's scalars as ``(tag, step, value)`` in the order logged (the tags of one step
+    in Comet's order, by name); ``[]`` when none.
 
     Each is a ``metric_msg`` of the archives (``metricName``, ``step``, ``metricValue``;
     Comet writes NaN and +-inf as the strings ``"NaN"``, ``"Infinity"``, ``"-Infinity"``).
@@ -176,13 +177,13 @@ def read_media(run: RunInfo) -> list[tuple[str, int, Image | Text]]:
         metadata = payload.get("metadata") or {}
         kind = payload.get("upload_type")
         step = params.get("step")
-        if kind == _compat.TEXT_UPLOAD and "tag" in metadata and step is not None:
+        if kind == _compat.TEXT_UPLOAD and TAG_KEY in metadata and step is not None:
             text = archive.file(payload["file_path"]).decode("utf-8")
-            found.append((metadata["tag"], int(step), Text(text)))
+            found.append((metadata[TAG_KEY], int(step), Text(text)))
         elif kind == _compat.IMAGE_UPLOAD and step is not None:
             found.append((params["figName"], int(step),
                           Image(_pixels(archive.file(payload["file_path"])),
-                                caption=metadata.get("caption"))))
+                                caption=metadata.get(CAPTION_KEY))))
     return found
 
 

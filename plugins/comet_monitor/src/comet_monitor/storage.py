@@ -16,6 +16,11 @@ DEFAULT_DIR = Path(".cometml-runs")
 #: (``CometMonitor.monitor_crash``); the ``log_other`` value is the reason.
 CRASH_OTHER = "crash_reason"
 CRASH_TAG = "crashed"
+#: The sub-folder of the run folder Comet writes the final archive in at ``end()`` (the
+#: backend then moves it into the run folder, over the archive of the last flush).
+STAGING = ".ending"
+#: The upload metadata keys holding a text sample's tag and an image's caption (``media``).
+TAG_KEY, CAPTION_KEY = "tag", "caption"
 
 
 def run_dir(run: RunInfo) -> Path:
