@@ -54,6 +54,7 @@ PLUGINS = {
     "wandb": ROOT / "plugins" / "wandb_monitor",
     "mlflow": ROOT / "plugins" / "mlflow_monitor",
     "csv": ROOT / "plugins" / "csv_monitor",
+    "comet": ROOT / "plugins" / "comet_monitor",
     "aim": ROOT / "plugins" / "aim_monitor",
     "dvclive": ROOT / "plugins" / "dvclive_monitor",
     "swanlab": ROOT / "plugins" / "swanlab_monitor",
@@ -469,7 +470,8 @@ def release(session: nox.Session) -> None:
        (versions, license, Pythons, URLs, entry points, no upper bound on any requirement).
     3. A fresh venv: the requirements our wheels declare, from the index (SDKs inside their
        tested ranges); then ``pip install --no-index --find-links dist core-monitor
-       trackio-monitor tensorboard-monitor wandb-monitor mlflow-monitor csv-monitor``: ours from
+       trackio-monitor tensorboard-monitor wandb-monitor mlflow-monitor csv-monitor
+       comet-monitor``: ours from
        that folder alone.
     4. ``monitors list --check``, and ``release/smoke.py``: 20 steps to every backend, read
        back through each plugin's reader.

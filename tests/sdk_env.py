@@ -28,6 +28,8 @@ OFFLINE_ENV = {
     "DO_NOT_TRACK": "1",
     "MLFLOW_DISABLE_TELEMETRY": "true",
     "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",  # read_media downloads: no tqdm lines
+    "COMET_DISABLE_AUTO_LOGGING": "1",  # comet_ml's import hooks (torch, TensorBoard, ...)
+    "COMET_ERROR_TRACKING_ENABLE": "false",  # comet_ml's Sentry reports
     "DVC_NO_ANALYTICS": "true",  # DVC's usage reports (its CLI's; dvclive runs none of it)
     "DVC_STUDIO_OFFLINE": "true",  # dvc-studio-client: never post live metrics to DVC Studio
     "SWANLAB_MODE": "offline",  # SwanLab's default is its cloud (online)
@@ -38,6 +40,7 @@ OFFLINE_ENV = {
 FOLDER_ENV = (
     "WANDB_DIR", "WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR", "WANDB_ARTIFACT_DIR",
     "TRACKIO_DIR", "HF_HOME", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "MPLCONFIGDIR",
+    "COMET_OFFLINE_DIRECTORY", "COMET_CONFIG",  # COMET_CONFIG: a folder with .comet.config
     "SWANLAB_ROOT", "SWANLAB_LOG_DIR",
 )
 #: Variables that would change what a ``Monitor`` does (credentials, rank, disabled backends).
@@ -49,7 +52,10 @@ DROP_ENV = ("WANDB_API_KEY", "HF_TOKEN", "RANK", "WORLD_SIZE", "SLURM_PROCID", "
             "AIM_ENABLE_TRACKING_THREAD", "AIM_RUN_META_DATA_DB_URL", "AIM_REPO_NAME",
             "DVC_STUDIO_TOKEN", "STUDIO_TOKEN", "DVCLIVE_TEST", "DVCLIVE_RESUME", "DVC_ROOT",
             "DVC_EXP_BASELINE_REV", "DVC_EXP_NAME", "SWANLAB_API_KEY", "SWANLAB_WEBHOOK",
-            "SWANLAB_SAVE_DIR")
+            "SWANLAB_SAVE_DIR",
+            "COMET_API_KEY", "COMET_WORKSPACE", "COMET_PROJECT_NAME", "COMET_EXPERIMENT_KEY",
+            "COMET_START_MODE", "COMET_START_ONLINE", "COMET_START_EXPERIMENT_KEY",
+            "COMET_START_EXPERIMENT_NAME")
 
 
 def sdk_folders(root: Path) -> dict[str, str]:

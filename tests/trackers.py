@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import aim_monitor
+import comet_monitor
 import csv_monitor
 import dvclive_monitor
 import mlflow_monitor
@@ -13,7 +14,8 @@ import wandb_monitor
 from core_monitor import RunInfo
 
 #: The first-party backends, in the order the tests select them.
-BACKENDS = ["trackio", "tensorboard", "wandb", "mlflow", "csv", "aim", "dvclive", "swanlab"]
+BACKENDS = ["trackio", "tensorboard", "wandb", "mlflow", "csv", "comet", "aim", "dvclive",
+            "swanlab"]
 #: The backends that continue a run (``supports_resume``): the resume tests select these.
 #: SwanLab resumes only on its cloud.
 RESUMABLE = [name for name in BACKENDS if name != "swanlab"]
@@ -24,6 +26,7 @@ READERS = {
     "wandb": wandb_monitor.read_rows,
     "mlflow": mlflow_monitor.read_rows,
     "csv": csv_monitor.read_rows,
+    "comet": comet_monitor.read_rows,
     "aim": aim_monitor.read_rows,
     "dvclive": dvclive_monitor.read_rows,
     "swanlab": swanlab_monitor.read_rows,
@@ -49,6 +52,8 @@ def assert_crash_marks(run: RunInfo, reason: str, last_step: int, *, wandb: bool
     assert texts[0][2].startswith(reason)
     status = csv_monitor.read_status(csv_monitor.run_dir(run))
     assert status is not None and status.startswith(f"crashed: {reason}")
+    assert (comet_monitor.read_crash(run) or "").startswith(reason)
+    assert comet_monitor.CRASH_TAG in comet_monitor.read_tags(run)
     aim_crash = aim_monitor.read_crash(run)
     assert aim_crash is not None and aim_crash.startswith(reason)
     status = dvclive_monitor.status_of(run)

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PAGES = sorted([ROOT / "README.md", ROOT / "core" / "README.md",
                 *ROOT.glob("plugins/*/README.md"), *(ROOT / "docs").rglob("*.md")])
 OURS = {"core-monitor", "trackio-monitor", "tensorboard-monitor", "wandb-monitor",
-        "mlflow-monitor", "csv-monitor"}
+        "mlflow-monitor", "csv-monitor", "comet-monitor"}
 
 
 def install_commands(page: Path) -> list[tuple[int, str]]:

@@ -216,7 +216,7 @@ def test_declaring_a_capability_twice_is_refused():
         error)
 
 
-@pytest.mark.parametrize("name", ["trackio", "tensorboard", "wandb", "mlflow"])
+@pytest.mark.parametrize("name", ["trackio", "tensorboard", "wandb", "mlflow", "comet"])
 def test_every_first_party_backend_declares_its_capabilities_once(name):
     from core_monitor import discovery
 

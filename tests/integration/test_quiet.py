@@ -20,7 +20,7 @@ SCRIPT = textwrap.dedent("""
     from core_monitor import Monitor, Text
 
     quiet = sys.argv[1] == "quiet"
-    backends = ["trackio", "tensorboard", "wandb", "mlflow"]
+    backends = ["trackio", "tensorboard", "wandb", "mlflow", "comet"]
     options = {} if quiet else {name: {"quiet": False} for name in backends}
     with Monitor(backends, project="p", name="r", log_dir="logs", config={"lr": 0.1},
                  **options) as monitor:
@@ -58,3 +58,4 @@ def test_quiet_false_shows_what_each_sdk_prints_itself(tmp_path):
     assert "wandb: Run summary:" in output and "wandb sync" in output  # wandb's own footer
     assert "Creating initial MLflow database tables" in output
     assert "trackio show" in output  # the plugin's two Trackio lines
+    assert "COMET INFO:" in output and "comet upload" in output  # comet_ml's archive hint

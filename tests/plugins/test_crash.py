@@ -34,8 +34,8 @@ import ctypes, json, os, signal, subprocess, sys
 from core_monitor import Monitor
 
 log_dir, death = sys.argv[1], sys.argv[2]
-monitor = Monitor(["trackio", "tensorboard", "wandb", "mlflow", "csv", "aim", "dvclive",
-                   "swanlab"], project="crash",
+monitor = Monitor(["trackio", "tensorboard", "wandb", "mlflow", "csv", "comet", "aim",
+                   "dvclive", "swanlab"], project="crash",
                   name="job", log_dir=log_dir)
 listing = subprocess.run(["ps", "-A", "-o", "pid=,ppid=,args="], capture_output=True,
                          text=True, check=True).stdout
@@ -132,7 +132,7 @@ def test_the_training_process_imports_no_sdk(tmp_path):
     """, cwd=tmp_path)
     assert imported(modules, "core_monitor")
     loaded = [sdk for sdk in ("wandb", "mlflow", "trackio", "tensorboard", "tensorflow", "torch",
-                              "gradio", "google.protobuf") if imported(modules, sdk)]
+                              "gradio", "google.protobuf", "comet_ml") if imported(modules, sdk)]
     assert loaded == []
     run = RunInfo(project="p", name="light", log_dir=Path(tmp_path))
     for name, read in READERS.items():

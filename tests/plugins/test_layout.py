@@ -14,7 +14,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = {name: ROOT / "plugins" / f"{name}_monitor" / "src" / f"{name}_monitor"
-            for name in ("trackio", "tensorboard", "wandb", "mlflow")}
+            for name in ("trackio", "tensorboard", "wandb", "mlflow", "comet")}
 
 
 def imports(package: Path) -> dict[str, set[str]]:

@@ -28,8 +28,8 @@ import json, os, signal, sys
 from core_monitor import Monitor
 
 log_dir, first, last, resume, kill = sys.argv[1], *map(int, sys.argv[2:4]), *sys.argv[4:6]
-monitor = Monitor(["trackio", "tensorboard", "wandb", "mlflow", "csv", "aim", "dvclive"],
-                  project="preempt",
+monitor = Monitor(["trackio", "tensorboard", "wandb", "mlflow", "csv", "comet", "aim",
+                   "dvclive"], project="preempt",
                   name="job", log_dir=log_dir, config={"lr": 0.1}, resume=resume)
 print(json.dumps({"resumed": monitor.run.resumed, "last_step": monitor.run.last_step,
                   "last_steps": monitor.last_steps}), flush=True)
