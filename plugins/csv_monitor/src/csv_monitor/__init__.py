@@ -11,5 +11,5 @@ from .backend import CsvMonitor
 from .reader import read_config, read_config_in, read_rows, read_rows_in
 from .storage import read_status, run_dir
 
-__all__ = ["CsvMonitor", "read_config", "read_config_in", "read_rows", "read_rows_in", "read_status",
-           "run_dir"]
+__all__ = ["CsvMonitor", "read_config", "read_config_in", "read_rows", "read_rows_in",
+           "read_status", "run_dir"]
