@@ -206,16 +206,18 @@ def test_deepspeeds_csv_monitor_and_ours_write_the_same_files(tmp_path):
 @pytest.fixture(scope="module")
 def every_section(tmp_path_factory) -> tuple[Path, dict]:
     """One pipeline-engine run with all of DeepSpeed's sections plus ``trackio`` (``comet`` when
-    comet-monitor is installed), in a folder of its own (DeepSpeed's wandb run and Comet's
-    default offline folder would land in ``WANDB_DIR`` and the working folder)."""
+    comet-monitor is installed), in a folder of its own (DeepSpeed's own wandb run, Comet
+    archive and files would land in ``WANDB_DIR``, ``COMET_OFFLINE_DIRECTORY`` and the working
+    folder)."""
     root = tmp_path_factory.mktemp("every_section")
-    log_dir, work, wandb_dir = root / "logs", root / "work", root / "wandb_dir"
-    for folder in (log_dir, work, wandb_dir):
+    log_dir, work, wandb_dir, comet_dir = (root / name for name in (
+        "logs", "work", "wandb_dir", "comet_dir"))
+    for folder in (log_dir, work, wandb_dir, comet_dir):
         folder.mkdir()
     comet = ["comet"] if _installed("comet_monitor") else []
     out = root / "out.json"
     run_script("ds_monitors.py", log_dir, out, *comet, nproc=1, cwd=work,
-               env={"WANDB_DIR": str(wandb_dir)})
+               env={"WANDB_DIR": str(wandb_dir), "COMET_OFFLINE_DIRECTORY": str(comet_dir)})
     return root, load(out)
 
 
@@ -263,6 +265,7 @@ def test_initialize_every_section_deepspeed_opens_no_writer_of_its_own(every_sec
     assert len(list((root / "logs" / "tensorboard" / "dsrun").glob("events.*"))) == 1  # ours
     assert not list((root / "wandb_dir").rglob("*.wandb")), "DeepSpeed opened its wandb run"
     assert not list((root / "work").iterdir()), "DeepSpeed wrote in the working folder"
+    assert not list((root / "comet_dir").iterdir()), "DeepSpeed wrote its own Comet archive"
 
 
 def test_initialize_every_section_comet(every_section):
