@@ -58,6 +58,7 @@ from ..settings import MONITOR_KEYWORDS
 from ._deepspeed_config import (
     SECTION,
     as_mapping,
+    deepspeed_bool,
     monitor_arguments,
     taken_over,
     without_taken_over,
@@ -188,8 +189,8 @@ def attach(engine: Any, config: Mapping[str, Any] | str | os.PathLike[str] | Non
     # the writers taken over.
     own = getattr(engine, "monitor", None)
     taken = taken_over(arguments)
-    remaining = [k for k in SECTIONS if k not in taken
-                 and isinstance(config.get(k), Mapping) and config[k].get("enabled")]
+    remaining = [k for k in SECTIONS if k not in taken and isinstance(config.get(k), Mapping)
+                 and deepspeed_bool(k, config[k].get("enabled", False))]
     deepspeed_monitor = own if remaining and own is not None else None
     wrapper = DeepSpeedMonitor(monitor, deepspeed_monitor)
     if monitor is not None:  # a sweep of engines keeps one run open (integrations._runs)
