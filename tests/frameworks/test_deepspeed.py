@@ -20,7 +20,9 @@ BACKENDS = list(readback.BACKENDS)
 
 
 def deepspeed_csv(log_dir: Path, tag: str) -> list[tuple[str, int, float]]:
-    """What DeepSpeed's own csv_monitor wrote for ``tag`` (the section left to DeepSpeed)."""
+    """What the ``csv_monitor`` section's files hold for ``tag``, read as DeepSpeed's layout
+    (written by the ``csv`` backend, which takes the section over, or by DeepSpeed's own
+    ``csvMonitor`` in ``deepspeed`` mode)."""
     path = log_dir / "csv" / "dsrun" / (tag.replace("/", "_") + ".csv")
     with path.open(newline="") as file:
         rows = list(csv.reader(file))
@@ -43,7 +45,7 @@ def check_run(log_dir: Path, out: Path, world_size: int) -> None:
     steps = result["steps"]
     assert [s["global_samples"] for s in steps] == [2 * world_size * (i + 1) for i in range(4)]
     lr_rows = [("Train/Samples/lr", s["global_samples"], s["lr"]) for s in steps]
-    assert deepspeed_csv(log_dir, "Train/Samples/lr") == lr_rows  # DeepSpeed's own record
+    assert deepspeed_csv(log_dir, "Train/Samples/lr") == lr_rows  # the csv_monitor section
     mine = [("train/loss", s["global_samples"], s["loss"]) for s in steps]
     run = readback.RunInfo(project="ds", name="dsrun", log_dir=Path(result["run"]["log_dir"]))
     assert result["run"]["name"] == "dsrun"  # tensorboard's job_name
@@ -80,7 +82,7 @@ def test_initialize_under_torchrun_two_ranks_one_run_per_backend_by_rank_0(log_d
     ranks = [load(Path(f"{out}.rank{k}.json")) for k in (0, 1)]
     assert [(r["rank"], r["world_size"]) for r in ranks] == [(0, 2), (1, 2)]
     assert [r["enabled"] for r in ranks] == [True, True]  # same on every rank
-    assert ranks[0]["backends"] == ["tensorboard", "trackio", "wandb"]
+    assert ranks[0]["backends"] == ["tensorboard", "csv", "trackio", "wandb"]
     assert ranks[1]["backends"] == []
     check_run(log_dir, out, world_size=2)
     # initialize: DeepSpeed opened no writer of its own for the sections taken over
@@ -111,11 +113,12 @@ def test_sections_map_onto_monitor_arguments():
         "csv_monitor": {"enabled": True},
     }
     assert monitor_arguments(config) == {
-        "backends": ["tensorboard", "wandb", "trackio"], "name": "j", "project": "llm",
+        "backends": ["tensorboard", "wandb", "trackio", "csv"], "name": "j", "project": "llm",
         "tensorboard": {"run_dir": os.path.join("runs", "j")},
         "wandb": {"group": "g", "entity": "t"},  # the wandb plugin's from_deepspeed
+        "csv": {"layout": "deepspeed", "run_dir": "DeepSpeedJobName"},  # DeepSpeed's default
     }
-    assert monitor_arguments({"trackio": {"enabled": False}, "csv_monitor": {"enabled": True}}) \
+    assert monitor_arguments({"trackio": {"enabled": False}, "csv_monitor": {"enabled": False}}) \
         is None
     assert monitor_arguments({"experiment_monitors": {"backends": ["trackio"], "project": "p",
                                                       "trackio": {"resume": "allow"}}}) == {

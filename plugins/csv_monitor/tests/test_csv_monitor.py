@@ -13,7 +13,7 @@ import yaml
 
 from core_monitor import ConfigError, Monitor, RunInfo
 from core_monitor.testing import MonitorContract
-from csv_monitor import CsvMonitor, read_config, read_rows
+from csv_monitor import CsvMonitor, read_config, read_rows, read_rows_in
 from csv_monitor.deepspeed_files import column, file_name
 from csv_monitor.storage import read_status, run_dir
 
@@ -139,6 +139,29 @@ def test_deepspeed_layout_matches_csv_monitor_files(tmp_path):
     assert read_rows(monitor.run) == [
         ("Train/Samples/train_loss", 8, 2.5), ("Train/Samples/train_loss", 16, 2.25),
         ("Train/Samples/lr", 8, 0.0001), ("Eval acc", 16, 0.5)]
+
+
+def test_run_dir_puts_the_files_in_that_folder_exactly(tmp_path):
+    """DeepSpeed's ``<output_path>/<job_name>`` (the DeepSpeed integration's ``csv_monitor``);
+    a rank above 0 in ``rank<k>`` under it; resume finds the run there."""
+    folder = tmp_path / "out" / "job"
+    options = {"layout": "deepspeed", "run_dir": str(folder)}
+    with Monitor(["csv"], project="p", name="n", log_dir=tmp_path / "logs", dispatch="sync",
+                 csv=options) as monitor:
+        monitor.log({"a/b": 1.5}, step=3)
+    assert sorted(p.name for p in folder.iterdir()) == ["a_b.csv", "deepspeed_config.csv",
+                                                        "status", "tags.json"]
+    assert not (tmp_path / "logs").exists()
+    with Monitor(["csv"], project="p", name="n", dispatch="sync", resume="allow",
+                 csv=options) as monitor:
+        monitor.log({"a/b": 2.5}, step=4)
+    assert monitor.last_steps == {"csv": 3}
+    assert read_rows_in(folder) == [("a/b", 3, 1.5), ("a/b", 4, 2.5)]
+    ranked = CsvMonitor(RunInfo(project="p", name="n", rank=1), run_dir=folder)
+    ranked.monitor_close()
+    assert read_status(folder / "rank1") == "finished"
+    with pytest.raises(ConfigError, match="run_dir"):
+        Monitor(["csv"], project="p", name="n", dispatch="sync", csv={"run_dir": ""})
 
 
 @pytest.mark.parametrize("layout", ["lightning", "deepspeed"])

@@ -14,9 +14,10 @@ The DeepSpeed config enables DeepSpeed's standard ``tensorboard`` section (event
 mode, its ``wandb`` section (``"enabled": 1``, which DeepSpeed accepts), a ``trackio`` section
 (``"enabled": "true"``; DeepSpeed's convention applied to this project's backend) holding the
 ``log_dir`` of the other backends, an ``experiment_monitors`` section holding a TensorBoard
-option DeepSpeed would refuse in its own section, and ``csv_monitor`` (left to DeepSpeed: its
-CSV files are a second oracle). Rank 0 writes ``out.json`` (what the engine reported after each
-step: ``global_samples``, lr, loss); every rank writes ``<out>.rank<k>.json``.
+option DeepSpeed would refuse in its own section, and ``csv_monitor`` (its CSV files, DeepSpeed's
+layout, are a second record: the ``csv`` backend's, or DeepSpeed's own). Rank 0 writes
+``out.json`` (what the engine reported after each step: ``global_samples``, lr, loss); every rank
+writes ``<out>.rank<k>.json``.
 """
 
 from __future__ import annotations

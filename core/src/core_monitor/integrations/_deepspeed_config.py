@@ -1,10 +1,13 @@
 """Reading a DeepSpeed config into ``Monitor`` arguments (``core_monitor.integrations.deepspeed``).
 
 DeepSpeed's monitor convention (``deepspeed.monitor.config``): a top-level section per tracker
-with ``"enabled"``. A section named after an installed backend is that backend's; the backend's
-class may declare how to read DeepSpeed's keys for it (``from_deepspeed``, see
-``section_options``), so the core knows no plugin. Imports no framework: ``pydantic`` (a
-DeepSpeed dependency) is imported when an ``enabled`` value is not a ``bool``.
+with ``"enabled"``. A section named after an installed backend is that backend's, and so is
+each of DeepSpeed's own four sections whose backend here is installed (``csv_monitor`` is the
+``csv`` backend's: ``_deepspeed_sections.SECTIONS``). The backend's class may declare how to
+read DeepSpeed's keys for it (``from_deepspeed``, see ``section_options``); DeepSpeed's
+``csv_monitor`` and ``comet`` sections are read by ``_deepspeed_sections``. Imports no
+framework: ``pydantic`` (a DeepSpeed dependency) is imported when an ``enabled`` value is not
+a ``bool``.
 """
 
 from __future__ import annotations
@@ -18,14 +21,10 @@ from typing import Any
 from .. import discovery
 from ..errors import ConfigError
 from ..settings import ENABLED, MONITOR_KEYWORDS, backend_sections, load_monitor_config
+from ._deepspeed_sections import READERS, SECTIONS, Read
 
 #: The DeepSpeed config section in ``Monitor.from_config`` layout.
 SECTION = "experiment_monitors"
-#: DeepSpeed's own monitor sections this project has no backend for: left to DeepSpeed.
-DEEPSPEED_ONLY = ("csv_monitor", "comet")
-#: DeepSpeed's monitor sections whose writers DeepSpeed opens in ``initialize`` and that a
-#: backend of the same name takes over.
-DEEPSPEED_WRITERS = ("tensorboard", "wandb")
 #: Keys of a backend section that are ``Monitor`` keywords, not backend options.
 MONITOR_LEVEL = ("project", "name", "log_dir")
 #: The project when the config names none: DeepSpeed's wandb default.
@@ -72,37 +71,64 @@ def deepspeed_bool(section: str, value: Any) -> bool:
         ) from None
 
 
-def enabled_sections(config: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """The sections of installed backends that are enabled, with their keys (``enabled``
-    removed), in the config's order; ``"enabled"`` read as DeepSpeed reads it."""
+def section_backend(key: str) -> str:
+    """The backend a top-level section of a DeepSpeed config is for: DeepSpeed's
+    ``csv_monitor`` is ``csv``'s; any other section is the backend of its name."""
+    return SECTIONS.get(key, key)
+
+
+def enabled_sections(config: Mapping[str, Any]) -> dict[str, tuple[str, dict[str, Any]]]:
+    """The enabled sections of installed backends: section -> (backend, its keys without
+    ``enabled``), in the config's order; ``"enabled"`` read as DeepSpeed reads it.
+
+    Raises:
+        ConfigError: two enabled sections are for one backend (``csv`` and ``csv_monitor``).
+    """
     installed = discovery.installed_backends()
+    keys = [key for key in config if section_backend(key) in installed]
     normalised = {
         key: ({**value, ENABLED: deepspeed_bool(key, value[ENABLED])}
               if isinstance(value, Mapping) and ENABLED in value else value)
-        for key, value in config.items() if key in installed
+        for key, value in config.items() if key in keys
     }
-    sections = backend_sections(normalised, names=installed, origin="DeepSpeed config")
-    return {name: sections.options[name] for name in sections.enabled}
+    sections = backend_sections(normalised, names=keys, origin="DeepSpeed config")
+    found: dict[str, tuple[str, dict[str, Any]]] = {}
+    for key in sections.enabled:
+        backend = section_backend(key)
+        other = next((k for k, (b, _) in found.items() if b == backend), None)
+        if other is not None:
+            raise ConfigError(f"DeepSpeed config: sections {other!r} and {key!r} both enable "
+                              f"backend {backend!r}; enable it in one of them")
+        found[key] = (backend, sections.options[key])
+    return found
 
 
-def section_options(name: str, section: Mapping[str, Any]) -> dict[str, Any]:
-    """A DeepSpeed-style section of backend ``name`` in this project's layout (``project``,
-    ``name``, ``log_dir`` for ``Monitor``; the rest the backend's options).
+def section_options(key: str, section: Mapping[str, Any]) -> Read:
+    """The section ``key`` of a DeepSpeed config (``enabled`` removed) in this project's terms:
+    ``(Monitor keyword arguments, the backend's options)``.
 
-    A backend class reads DeepSpeed's keys for its own section with an optional classmethod
-    ``from_deepspeed(section) -> mapping`` (the wandb backend turns DeepSpeed's ``team`` into
-    its ``entity``; the TensorBoard backend ``output_path``/``job_name`` into its exact
-    folder). Without it the section is taken as it is. Imports the plugin module, no SDK.
+    DeepSpeed's ``csv_monitor`` and ``comet`` sections are read by
+    ``_deepspeed_sections.READERS``. Any other section is read by its backend's class, with an
+    optional classmethod ``from_deepspeed(section) -> mapping`` (the wandb backend turns
+    DeepSpeed's ``team`` into its ``entity``; the TensorBoard backend ``output_path``/
+    ``job_name`` into its exact folder), else taken as it is; its ``project``, ``name`` and
+    ``log_dir`` are ``Monitor``'s, the rest the backend's options. Imports the plugin module of
+    a backend with no reader here, no SDK.
 
     Raises:
         BackendLoadError: the plugin module fails to import.
-        ConfigError: ``from_deepspeed`` refused the section.
+        ConfigError: a reader refused the section.
     """
-    infos = discovery.installed_backends().get(name, [])
-    if len(infos) != 1:  # a conflict: Monitor reports it
-        return dict(section)
-    reader = getattr(discovery.load_backend(infos[0]), "from_deepspeed", None)
-    return dict(section) if reader is None else dict(reader(dict(section)))
+    if key in READERS:
+        return READERS[key](section)
+    options = dict(section)
+    infos = discovery.installed_backends().get(section_backend(key), [])
+    if len(infos) == 1:  # else a conflict: Monitor reports it
+        reader = getattr(discovery.load_backend(infos[0]), "from_deepspeed", None)
+        if reader is not None:
+            options = dict(reader(options))
+    monitor = {k: options.pop(k) for k in MONITOR_LEVEL if k in options}
+    return monitor, options
 
 
 def monitor_arguments(config: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -158,21 +184,18 @@ def monitor_arguments(config: Mapping[str, Any]) -> dict[str, Any] | None:
             elif value is not None or key != "project":
                 put(key, value, f"section {SECTION!r}")
     listed = list(backends)
-    for name, section in enabled_sections(config).items():
+    for key, (name, section) in enabled_sections(config).items():
         if name in listed:
             raise ConfigError(
-                f"DeepSpeed config: backend {name!r} is enabled by its own section and listed "
+                f"DeepSpeed config: backend {name!r} is enabled by section {key!r} and listed "
                 f"in {SECTION!r}; configure it in one place"
             )
         backends.append(name)
-        options = {}
-        for key, value in section_options(name, section).items():
-            if key in MONITOR_LEVEL:
-                put(key, value, f"section {name!r}")
-            else:
-                options[key] = value
+        monitor, options = section_options(key, section)
+        for option, value in monitor.items():
+            put(option, value, f"section {key!r}")
         if options:
-            put(name, options, f"section {name!r}")
+            put(name, options, f"section {key!r}")
     if not backends:
         return None
     kwargs.setdefault("project", DEFAULT_PROJECT)
@@ -180,14 +203,14 @@ def monitor_arguments(config: Mapping[str, Any]) -> dict[str, Any] | None:
 
 
 def taken_over(arguments: Mapping[str, Any] | None) -> set[str]:
-    """DeepSpeed's writer sections (``tensorboard``, ``wandb``) that a backend here takes over:
-    enabled and installed, or listed in ``experiment_monitors``."""
+    """DeepSpeed's own sections (``tensorboard``, ``wandb``, ``csv_monitor``, ``comet``) whose
+    backend here runs: enabled and installed, or listed in ``experiment_monitors``."""
     chosen = set(arguments["backends"] if arguments else ())
-    return {name for name in DEEPSPEED_WRITERS if name in chosen}
+    return {key for key, name in SECTIONS.items() if name in chosen}
 
 
 def without_taken_over(config: Mapping[str, Any], taken: set[str]) -> dict[str, Any]:
-    """A copy of ``config`` for DeepSpeed itself: the taken-over writer sections disabled, so
+    """A copy of ``config`` for DeepSpeed itself: the taken-over sections disabled, so
     ``deepspeed.initialize`` opens no writer for them (their keys are DeepSpeed's, kept)."""
     return {key: ({**value, ENABLED: False} if key in taken and isinstance(value, Mapping)
                   else value)

@@ -1,4 +1,4 @@
-"""DeepSpeed: a config section naming any installed backend reaches it, through ``Monitor``.
+"""DeepSpeed: every monitor section of a DeepSpeed config reaches a backend, through ``Monitor``.
 
 ::
 
@@ -17,21 +17,27 @@ Backends come from the DeepSpeed config, in DeepSpeed's own monitor convention
 
     {"tensorboard": {"enabled": true, "output_path": "runs", "job_name": "baseline"},
      "wandb": {"enabled": true, "project": "llm", "group": "g", "team": "my-team"},
+     "csv_monitor": {"enabled": true, "output_path": "runs", "job_name": "baseline"},
+     "comet": {"enabled": true, "online": false, "workspace": "my-team"},
      "trackio": {"enabled": true, "project": "llm", "log_dir": "runs"}}
 
-DeepSpeed's own sections mean what they mean to DeepSpeed: TensorBoard's event files go to
-``<output_path>/<job_name>`` (default ``./DeepSpeedJobName``, where ``tensorboard --logdir``
-already points), wandb's ``team`` is the wandb entity. Each backend declares how it reads
-DeepSpeed's keys (its class's ``from_deepspeed``), so a third-party backend can do the same.
-DeepSpeed refuses keys of its own ``tensorboard``/``wandb`` sections that it does not know
-(``Extra inputs are not permitted``): give those backends' other options, and any other
+DeepSpeed's own four sections are taken over by the backend of this project each one is for
+(``tensorboard``, ``wandb``, ``csv`` for ``csv_monitor``, ``comet``) when it is installed, and
+mean what they mean to DeepSpeed, with DeepSpeed's defaults: TensorBoard's event files and the
+CSV files go to ``<output_path>/<job_name>`` (default ``./DeepSpeedJobName``), the CSV files in
+DeepSpeed's one-file-per-tag layout; wandb's ``team`` is the wandb entity; Comet's keys are
+read as DeepSpeed's ``CometConfig`` reads them (``_deepspeed_sections``). The ``tensorboard``
+and ``wandb`` backends declare how they read DeepSpeed's keys (their class's
+``from_deepspeed``), so a third-party backend can do the same for a section of its own name.
+DeepSpeed refuses keys of its own four sections that it does not know (``Extra inputs are not
+permitted``): give those backends' other options, and any other
 ``Monitor`` setting, in an ``"experiment_monitors"`` section in ``Monitor.from_config`` layout
 (``backends``, ``project``, ``name``, ``log_dir``, ``config``, one section per backend), which
 DeepSpeed leaves alone. In a section named after a backend of this project that DeepSpeed does
 not know (``trackio``), any key is allowed: ``project``, ``name``, ``log_dir`` go to
 ``Monitor``, the others are the backend's options. Without any project the project is
-``"deepspeed"`` (DeepSpeed's wandb default). ``csv_monitor`` and ``comet`` have no backend
-here and keep going to DeepSpeed's own writers.
+``"deepspeed"`` (DeepSpeed's wandb default). A section of DeepSpeed's whose backend is not
+installed keeps going to DeepSpeed's own writer.
 
 Importing this module imports ``deepspeed``.
 """
@@ -50,13 +56,14 @@ from ..errors import ConfigError
 from ..monitor import Monitor
 from ..settings import MONITOR_KEYWORDS
 from ._deepspeed_config import (
-    DEEPSPEED_ONLY,
     SECTION,
     as_mapping,
+    deepspeed_bool,
     monitor_arguments,
     taken_over,
     without_taken_over,
 )
+from ._deepspeed_sections import SECTIONS
 from ._runs import close_finished, close_when_collected
 
 __all__ = ["SECTION", "DeepSpeedMonitor", "attach", "initialize", "monitor_arguments",
@@ -92,14 +99,14 @@ class DeepSpeedMonitor(_DeepSpeedMonitorBase):
     """Replaces ``engine.monitor``: DeepSpeed's events go to ``Monitor.write_events`` unchanged.
 
     Attributes:
-        enabled: ``True`` when the config enables a backend here or a DeepSpeed-only writer
-            (``csv_monitor``, ``comet``). Decided from the config alone, so it is the same on
+        enabled: ``True`` when the config enables a backend here or a section left to
+            DeepSpeed's own writer. Decided from the config alone, so it is the same on
             every rank (DeepSpeed's pipeline engine runs a broadcast when it is ``True``).
         monitor: the ``core_monitor.Monitor`` (``None`` when no backend here is enabled); log
             your own scalars with it, e.g. at ``engine.global_samples``. It writes on rank 0
             only (unless the config sets ``rank_zero_only = false``).
-        deepspeed_monitor: the engine's own ``MonitorMaster``, still writing ``csv_monitor``/
-            ``comet`` (its TensorBoard/wandb writers removed), or ``None``.
+        deepspeed_monitor: the engine's own ``MonitorMaster``, still writing the sections whose
+            backend is not installed here (the writers of the others removed), or ``None``.
     """
 
     def __init__(self, monitor: Monitor | None, deepspeed_monitor: Any | None) -> None:
@@ -117,6 +124,24 @@ class DeepSpeedMonitor(_DeepSpeedMonitorBase):
         if self.deepspeed_monitor is not None:
             self.deepspeed_monitor.write_events(events)
 
+    def update_config(self, config: Mapping[str, Any]) -> None:
+        """Store ``config`` (a flat mapping, e.g. ZeRO stage and parallel sizes) as the run's
+        config in every backend (``Monitor.log_config``: a key given again takes the new
+        value): the ``csv`` backend's ``deepspeed_config.csv``, Comet's parameters, wandb's
+        config, TensorBoard's HParams. The name and meaning of the ``MonitorMaster.update_config``
+        proposed to DeepSpeed (PR #8401, not in a DeepSpeed release): a DeepSpeed that calls it
+        reaches the backends here. Sections left to DeepSpeed get it too, when their
+        ``MonitorMaster`` has ``update_config``.
+
+        Raises:
+            TypeError: ``config`` is not a mapping (``Monitor.log_config``).
+        """
+        if self.monitor is not None:
+            self.monitor.log_config(config)
+        own = getattr(self.deepspeed_monitor, "update_config", None)
+        if own is not None:
+            own(config)
+
     def close(self) -> None:
         """Flush and close the ``Monitor``. Also closed at exit, or, once this object is
         garbage-collected (its engine dropped), when the next ``attach``/``initialize`` or
@@ -130,11 +155,11 @@ def attach(engine: Any, config: Mapping[str, Any] | str | os.PathLike[str] | Non
     """Make ``engine`` log through ``core_monitor``: replaces ``engine.monitor``.
 
     Call it on every rank right after ``deepspeed.initialize``. DeepSpeed opened its own
-    TensorBoard/wandb writers in ``initialize`` for the ``tensorboard``/``wandb`` sections; for
-    a section taken over here, that writer is closed before it logs anything (DeepSpeed's
-    TensorBoard writer leaves one event file without scalars in ``<output_path>/<job_name>``;
-    its wandb run, online, an empty run in your project). ``initialize`` instead keeps
-    DeepSpeed from opening them.
+    writers in ``initialize`` for its enabled sections; for a section taken over here, that
+    writer is closed before it logs anything (DeepSpeed's TensorBoard writer leaves one event
+    file without scalars in ``<output_path>/<job_name>``; its wandb run, online, an empty run in
+    your project; its CSV writer an empty ``<output_path>/<job_name>`` folder; its Comet
+    experiment an empty experiment). ``initialize`` instead keeps DeepSpeed from opening them.
 
     Args:
         engine: the ``DeepSpeedEngine`` from ``deepspeed.initialize``.
@@ -160,10 +185,12 @@ def attach(engine: Any, config: Mapping[str, Any] | str | os.PathLike[str] | Non
     _close_taken_over(getattr(engine, "monitor", None), taken_over(arguments))
     close_finished()  # an earlier engine's run whose DeepSpeedMonitor was collected
     monitor = monitor_from_ds_config(config, **overrides)
-    # csv_monitor/comet stay with the engine's own MonitorMaster, minus the writers taken over.
+    # Sections whose backend is not installed stay with the engine's own MonitorMaster, minus
+    # the writers taken over.
     own = getattr(engine, "monitor", None)
-    remaining = [k for k in DEEPSPEED_ONLY
-                 if isinstance(config.get(k), Mapping) and config[k].get("enabled")]
+    taken = taken_over(arguments)
+    remaining = [k for k in SECTIONS if k not in taken and isinstance(config.get(k), Mapping)
+                 and deepspeed_bool(k, config[k].get("enabled", False))]
     deepspeed_monitor = own if remaining and own is not None else None
     wrapper = DeepSpeedMonitor(monitor, deepspeed_monitor)
     if monitor is not None:  # a sweep of engines keeps one run open (integrations._runs)
@@ -177,9 +204,9 @@ def initialize(*args: Any, **kwargs: Any) -> tuple[Any, Any, Any, Any]:
 
     Takes exactly ``deepspeed.initialize``'s arguments. The DeepSpeed config (``config=``,
     ``config_params=`` or ``args.deepspeed_config``, a mapping or a JSON path) is handed to
-    DeepSpeed with the ``tensorboard``/``wandb`` sections this project takes over switched off
-    (``"enabled": false``), so DeepSpeed opens no writer for them (no empty event file, no
-    empty wandb run); then ``attach(engine, config=<the config as given>)`` sets
+    DeepSpeed with the sections this project takes over switched off (``"enabled": false``),
+    so DeepSpeed opens no writer for them (no empty event file, wandb run, CSV folder or Comet
+    experiment); then ``attach(engine, config=<the config as given>)`` sets
     ``engine.monitor`` (a ``DeepSpeedMonitor``: ``engine.monitor.monitor`` is the
     ``Monitor``). Call it on every rank, as ``deepspeed.initialize``.
 
@@ -215,9 +242,16 @@ def initialize(*args: Any, **kwargs: Any) -> tuple[Any, Any, Any, Any]:
 
 
 def _close_taken_over(own: Any, taken: set[str]) -> None:
-    """Close DeepSpeed's own TensorBoard/wandb writers of sections this project took over."""
+    """Close DeepSpeed's own writers of sections this project took over."""
     if own is None:
         return
+    if "csv_monitor" in taken:  # its files are opened per event: nothing is open yet
+        own.csv_monitor = None
+    comet = getattr(own, "comet_monitor", None)
+    if "comet" in taken and comet is not None:
+        if getattr(comet, "experiment", None) is not None:
+            comet.experiment.end()
+        own.comet_monitor = None
     writer = getattr(own, "tb_monitor", None)
     if "tensorboard" in taken and writer is not None:
         if getattr(writer, "summary_writer", None) is not None:

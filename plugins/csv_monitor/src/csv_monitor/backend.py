@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
@@ -11,7 +12,7 @@ from core_monitor.events import rows_by_step
 from core_monitor.resume import NoRunToResume
 
 from . import deepspeed_files, lightning_table
-from .reader import layout_of, read_config, read_rows_in
+from .reader import layout_of, read_config_in, read_rows_in
 from .storage import read_status, run_dir, write_status
 
 if TYPE_CHECKING:
@@ -33,6 +34,12 @@ class CsvMonitor:
             ``csv_monitor`` files, one ``<tag>.csv`` per tag and ``deepspeed_config.csv``.
         fsync: ``True`` (default): ``monitor_flush`` also ``os.fsync``s every file, so what
             was flushed survives a machine crash; ``False`` leaves it to the OS.
+        run_dir: the run's folder, exactly (``str`` or path, relative to the current
+            directory), instead of ``<log_dir>/<project>/<run name>``: where DeepSpeed's own
+            ``csv_monitor`` writes, ``<output_path>/<job_name>``
+            (``core_monitor.integrations.deepspeed`` sets it). A rank above 0
+            (``rank_zero_only=False``) adds ``rank<rank>``. Read it back with
+            ``read_rows_in(folder)``.
 
     Every run also has ``status``: ``running`` from the start, ``finished`` after
     ``monitor_close``, ``crashed: <reason>`` when the training process died without closing
@@ -63,8 +70,8 @@ class CsvMonitor:
         return []
 
     def __init__(self, run: RunInfo, *, layout: Literal["lightning", "deepspeed"] = "lightning",
-                 fsync: bool = True) -> None:
-        self._folder = run_dir(run)
+                 fsync: bool = True, run_dir: str | os.PathLike[str] | None = None) -> None:
+        self._folder = _folder(run, run_dir)
         self._layout = layout
         self._config = dict(run.config)
         found, last = (False, None) if run.resume == "never" else _earlier(self._folder, layout)
@@ -84,7 +91,7 @@ class CsvMonitor:
         else:
             self._files = deepspeed_files.PerTagFiles(self._folder, fsync=fsync)
         if self.resumed:
-            self._config = {**read_config(run), **self._config}
+            self._config = {**read_config_in(self._folder), **self._config}
         self._write_config()
         write_status(self._folder, "running")
         self._closed = self._crashed = False
@@ -138,6 +145,21 @@ class CsvMonitor:
             lightning_table.write_hparams(self._folder, self._config)
         else:
             deepspeed_files.write_config(self._folder, self._config)
+
+
+def _folder(run: RunInfo, exact: str | os.PathLike[str] | None) -> Path:
+    """The run's folder: ``run_dir(run)``, or ``exact`` (plus ``rank<rank>`` above rank 0).
+
+    Raises:
+        ConfigError: ``exact`` is empty.
+    """
+    if exact is None:
+        return run_dir(run)
+    if not os.fspath(exact):
+        raise ConfigError("csv: option run_dir='' names no folder; give a path, e.g. "
+                          "run_dir='runs/job', or leave it out")
+    folder = Path(exact).expanduser()
+    return folder if run.rank == 0 else folder / f"rank{run.rank}"
 
 
 def _earlier(folder: Path, layout: str) -> tuple[bool, int | None]:

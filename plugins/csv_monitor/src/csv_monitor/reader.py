@@ -13,7 +13,7 @@ from core_monitor import RunInfo
 from . import deepspeed_files, lightning_table
 from .storage import run_dir
 
-__all__ = ["read_config", "read_rows"]
+__all__ = ["read_config", "read_config_in", "read_rows", "read_rows_in"]
 
 
 def read_rows(run: RunInfo) -> list[tuple[str, int, float]]:
@@ -32,7 +32,7 @@ def read_rows(run: RunInfo) -> list[tuple[str, int, float]]:
 
 
 def read_rows_in(folder: Path) -> list[tuple[str, int, float]]:
-    """``read_rows`` for the run in ``folder``."""
+    """``read_rows`` for the run in ``folder`` (e.g. one written with the ``run_dir`` option)."""
     if layout_of(folder) == "lightning":
         return _read_table(folder / lightning_table.METRICS)
     rows: list[tuple[str, int, float]] = []
@@ -47,7 +47,12 @@ def read_rows_in(folder: Path) -> list[tuple[str, int, float]]:
 def read_config(run: RunInfo) -> dict[str, Any]:
     """The run's stored config (``hparams.yaml`` or ``deepspeed_config.csv``); ``{}`` when
     none. Argument as for ``read_rows``."""
-    folder = run_dir(run)
+    return read_config_in(run_dir(run))
+
+
+def read_config_in(folder: Path) -> dict[str, Any]:
+    """``read_config`` for the run in ``folder`` (e.g. one written with the ``run_dir``
+    option)."""
     hparams = folder / lightning_table.HPARAMS
     if layout_of(folder) != "deepspeed" and hparams.exists():
         import yaml  # here: importing the plugin imports none of its requirements
