@@ -71,7 +71,11 @@ FIXTURES = sorted(p for p in (ROOT / "tests" / "fixtures").iterdir() if p.is_dir
 #: and each plugin's own tests, beside its code.
 SUITE = ["tests", *(str(folder / "tests") for folder in PLUGINS.values()),
          "--ignore=tests/frameworks"]
-TEST_DEPS = ["pytest>=8", "pytest-timeout", "numpy", "uv"]
+TEST_DEPS = ["pytest>=8", "pytest-timeout", "pytest-xdist", "numpy", "uv"]
+#: pytest-xdist: one worker per CPU, each test module (or test class) on one worker, so that a
+#: module's shared fixtures (an MLflow server, the copy tests' source runs) start once. Most of
+#: a test's time is spent waiting for processes it started, which a second worker overlaps.
+PARALLEL = ["-n", "auto", "--dist", "loadscope"]
 
 nox.options.default_venv_backend = "uv|virtualenv"
 # `nox`: what CI runs (bench and bench_dist measure, never gate; dev, pythons and bench_dist are
@@ -158,7 +162,7 @@ def tests(session: nox.Session) -> None:
     install_wheels(session, wheels, *TEST_DEPS)
     session.run("monitors", "list", "--json")
     session.run(
-        "pytest", "--timeout=600", *(session.posargs or SUITE),
+        "pytest", "--timeout=600", *PARALLEL, *(session.posargs or SUITE),
         env={**offline_env(session), "MONITORS_WHEELS": os.pathsep.join(wheels)},
     )
 
