@@ -444,6 +444,27 @@ def test_monitor_returns_before_any_writer_is_ready_and_loses_nothing_logged_mea
 
 
 @pytest.mark.process
+def test_close_out_of_time_leaves_a_starting_writer_to_write_everything_by_itself(make, caplog):
+    """Killing a writer still importing its SDK (a slow start on a loaded node, or SIGTERM soon
+    after ``Monitor()``) would lose every call it holds while nothing is wrong with it."""
+    monitor = make(dispatch="process", faulty={"start_delay": 3.0})
+    for step in range(50):
+        monitor.log({"x": float(step)}, step=step)
+    writer = next(w for w in monitor._dispatch.writers if w.name == "faulty")
+    began = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="core_monitor"):
+        monitor.close(timeout=0.5)
+    assert time.monotonic() - began < 2.0
+    assert "'faulty': the writer process was still starting" in caplog.text
+    assert monitor.undelivered == {} and monitor.failures == {}
+    assert jsonl_steps(monitor) == list(range(50))
+    writer.process.wait(timeout=60)  # it ends by itself once it has written everything
+    assert writer.process.returncode == 0
+    assert read_steps(monitor.run) == list(range(50))
+    assert [hook for hook, _ in read_calls(monitor.run)] == ["start", "flush", "close"]
+
+
+@pytest.mark.process
 def test_a_start_failure_only_the_backend_sees_is_raised_at_the_next_call_when_strict(make):
     monitor = make(dispatch="process", faulty={"bad": True}, strict=True, wait=False)
     with pytest.raises(ConfigError, match="faulty: bad=True is not a value"):

@@ -36,7 +36,11 @@ and are reported on the caller's thread at its next call (``policy.Policy``). A 
 as ``WriterDied``, naming why; the others go on. ``close`` waits for every writer to exit, all
 at once, at most ``timeout`` seconds; a writer still running then is killed with what its SDK
 started (its session's process group) and its calls counted in ``undelivered``; every writer is
-reaped.
+reaped. A writer still *starting* then (importing its SDK, starting its run: a slow start on a
+loaded node, or a SIGTERM soon after ``Monitor()``) is not killed, since that would lose every
+call it holds while nothing is wrong with it: it has the stop request, writes everything once
+started and exits by itself (once this process has ended, within ``writer.START_SECONDS`` +
+``writer.DRAIN_SECONDS`` at most).
 
 Termination (``core_monitor.shutdown``): on SIGTERM this process closes its monitors, and the
 stop request names the signal (``shutdown.terminating``): each writer writes everything logged,
@@ -88,6 +92,7 @@ from .strategy import BackendSpec, Dispatch
 from .threads import ThreadDispatch
 from .warn import report_drop, report_lost
 from .wire import BUSY_SINCE, HANDLED, SHARED_BYTES
+from .writer import DRAIN_SECONDS, START_SECONDS
 
 logger = logging.getLogger("core_monitor")
 
@@ -538,6 +543,7 @@ class ProcessDispatch(Dispatch):
 
     def close(self, timeout: float | None) -> None:
         deadline = None if timeout is None else time.monotonic() + timeout
+        starting: list[str] = []  # writers left to finish their start and write by themselves
         for writer in self.writers:
             writer.stopping = True
             writer.close_pipe()
@@ -547,13 +553,23 @@ class ProcessDispatch(Dispatch):
             try:
                 writer.process.wait(timeout=left)
             except subprocess.TimeoutExpired:
+                if writer.ready is None and writer.process.poll() is None:
+                    starting.append(writer.name)  # module docstring: it goes on by itself
+                    continue
                 self._stop_writer(writer)
                 lost = self._lost(writer)
                 self.undelivered[writer.name] = self.undelivered.get(writer.name, 0) + lost
                 logger.error("backend %r: its writer process did not finish within "
                              "close(timeout=%s) and was killed", writer.name, timeout)
-        if self._reader is not None:
-            self._reader.join(timeout=10)
+        if starting:
+            logger.warning(
+                "backend(s) %s: the writer process was still starting when close(timeout=%s) "
+                "ran out; it writes everything logged once started, then exits by itself "
+                "(at most %.0f s after this process ends)", ", ".join(map(repr, starting)), timeout,
+                START_SECONDS + DRAIN_SECONDS)
+        if self._reader is not None:  # it passes on a starting writer's output until its end
+            self._reader.join(timeout=10 if not starting or deadline is None
+                              else max(0.0, deadline - time.monotonic()))
         for writer in self.writers:
             if writer.dead:  # what it held when it died, and what was sent after
                 lost = self._lost(writer)
