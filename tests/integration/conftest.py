@@ -172,7 +172,7 @@ def make_venv(path: Path, *requirements: str | Path) -> Venv:
 
 @pytest.fixture(scope="session")
 def full_venv(tmp_path_factory: pytest.TempPathFactory, wheels: dict[str, Path]) -> Venv:
-    """core-monitor, the four plugins (with their SDKs) and scikit-learn for the example."""
+    """core-monitor, the four plugins the example logs to (with their SDKs) and scikit-learn."""
     path = tmp_path_factory.mktemp("venvs") / "full"
     return make_venv(path, wheels["core-monitor"], *(wheels[d] for d in PLUGINS), "scikit-learn")
 
