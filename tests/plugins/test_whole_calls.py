@@ -224,3 +224,34 @@ def _alive(pid: int) -> bool:
     state = subprocess.run(["ps", "-o", "stat=", "-p", str(pid)], capture_output=True,
                            text=True).stdout.strip()
     return bool(state) and not state.startswith("Z")
+
+
+def test_spool_files_count_by_their_bytes_against_a_writers_bound(tmp_path):
+    """``queue_size=8``: a writer's bound is an 8 KiB pipe and 8 KiB of unread spool files
+    (one file larger than that when it holds none). Its backend hangs inside the first call:
+    the second waits in the spool, each later one is dropped for it at once (counted, never
+    spooled), and close gives up on it; the other backend stores or drops every call."""
+    monitor = Monitor(["faulty", "jsonl"], project="p", name="bound", log_dir=tmp_path,
+                      dispatch="process", wait=True, queue_size=8, on_full="drop",
+                      faulty={"hang_at": 0})
+    faulty = next(w for w in monitor._dispatch.writers if w.name == "faulty")
+    with pytest.warns(BackendWarning, match="'faulty'.*pipe is full"):
+        monitor.log(row(0, 4000), step=0)  # about 64 KiB
+        deadline = time.monotonic() + 60
+        while faulty.busy is not None and faulty.busy[0] == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)  # until it hangs inside the hook, having read its spool file
+        for step in range(1, 6):
+            monitor.log(row(step, 4000), step=step)
+    spool = monitor._dispatch.spool
+    assert spool is not None
+    assert monitor.dropped["faulty"] == 4
+    # faulty (writer 0) holds one link: the second call's (file "2"); jsonl's go as it reads
+    assert [name for name in os.listdir(spool) if name.endswith(".0")] == ["2.0"]
+    with pytest.warns(BackendWarning):
+        monitor.close(timeout=2)
+    assert monitor.undelivered["faulty"] == 2  # the call it hung in, and the spooled one
+    assert not os.path.exists(spool)
+    stored = sorted(by_step(read_jsonl(monitor.run)))
+    assert len(stored) + monitor.dropped.get("jsonl", 0) == 6
+    for step, values in by_step(read_jsonl(monitor.run)).items():
+        assert values == row(step, 4000)
