@@ -109,6 +109,8 @@ STARTUP_SECONDS = 120.0
 BYTES_PER_CALL = 1024
 #: Seconds a full pipe of an idle writer gets to drain before a call is dropped.
 DROP_GRACE_SECONDS = 0.05
+#: Seconds of the first nap while waiting for a writer to read its spool files.
+SPOOL_NAP_SECONDS = 0.0001
 _PIPE_BUF = getattr(select, "PIPE_BUF", 512)
 _F_SETPIPE_SZ = 1031  # fcntl.F_SETPIPE_SZ (Linux; in the fcntl module from Python 3.10)
 _write = os.write
@@ -220,6 +222,7 @@ class WriterProcess:
         """Wait for ``room(size)`` until ``deadline`` (``None``: no limit), while the writer
         lives (and, with ``starting``, while it is still starting); whether there is room.
         Nothing is written meanwhile: an interrupt here leaves no trace of the call."""
+        nap = SPOOL_NAP_SECONDS
         while True:
             if self.room(size):
                 return True
@@ -230,8 +233,10 @@ class WriterProcess:
             wait = 0.1 if left is None else min(left, 0.1)
             if self.spool_room(size):
                 select.select([], [self.fd], [], wait)
-            else:  # the writer reads spool files as it handles them: nothing to select on
-                time.sleep(min(wait, 0.005))
+            else:  # the writer reads spool files as it handles them: nothing to select on,
+                # so naps growing from 0.1 ms to 5 ms (a writer keeping up is not kept waiting)
+                time.sleep(min(wait, nap))
+                nap = min(nap * 2, 0.005)
 
     def control(self, message: tuple[str, dict[str, Any]]) -> bool:
         """Write a control frame (flush, stop) into the control pipe, never waiting: it holds
