@@ -302,7 +302,7 @@ class ProcessDispatch(Dispatch):
         self.threads: ThreadDispatch | None = None
         self._fds: list[int] = []  # the live writers' pipes, in start order (the hot path)
         self._live: list[WriterProcess] = []
-        self._poll = _Poll()  # which of ``_fds`` have room for a frame
+        self._writable = _writable([])  # which of ``_fds`` have room for a frame (a list)
         #: The folder of the spool files (calls larger than ``PIPE_BUF``), while writers run.
         self.spool: str | None = None
         self._spools = 0  # spool files written (their names)
@@ -338,7 +338,7 @@ class ProcessDispatch(Dispatch):
         started = {}
         self._live = list(self.writers)
         self._fds = [writer.fd for writer in self._live]
-        self._poll.watch(self._fds)
+        self._writable = _writable(self._fds)
         deadline = time.monotonic() + STARTUP_SECONDS
         self._waited = self.wait
         try:
@@ -492,7 +492,9 @@ class ProcessDispatch(Dispatch):
             size = sum(memoryview(part).nbytes for part in parts)
             frame = b"".join(parts) if size <= _PIPE_BUF else b""
         if size <= _PIPE_BUF:
-            self._pass(frame, self._targets(0), puts, (hook, kwargs))
+            live = self._live
+            self._pass(frame, live if len(self._writable(0)) == len(live) else self._targets(0),
+                        puts, (hook, kwargs))
         else:
             self._spool(parts, size, puts, (hook, kwargs))
 
@@ -504,7 +506,7 @@ class ProcessDispatch(Dispatch):
         is written here, so an interrupt while waiting leaves no trace of the call; room only
         grows until the pass (only this thread, holding the monitor's lock, writes)."""
         live = self._live
-        if self._poll.ready() == len(live) and (
+        if len(self._writable(0)) == len(live) and (
                 not spool or all(writer.spool_room(spool) for writer in live)):
             return live
         targets = []
@@ -638,7 +640,7 @@ class ProcessDispatch(Dispatch):
         if writer in self._live:
             self._live.remove(writer)
             self._fds = [w.fd for w in self._live]
-            self._poll.watch(self._fds)
+            self._writable = _writable(self._fds)
 
     def flush(self, lock: Any, timeout: float | None) -> None:
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -690,7 +692,7 @@ class ProcessDispatch(Dispatch):
             writer.stopping = True
             writer.close_pipe()
         self._live, self._fds = [], []
-        self._poll.watch([])
+        self._writable = _writable([])
         for writer in self.writers:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             try:
@@ -758,7 +760,7 @@ class ProcessDispatch(Dispatch):
                         os.close(fd)
             writer.fd = writer.control_fd = -1
         self.writers, self._live, self._fds = [], [], []
-        self._poll.watch([])
+        self._writable = _writable([])
         self.spool = None  # the parent's: its writers read it, its close removes it
         if self.threads is not None:
             self.threads.forget()
@@ -878,28 +880,17 @@ def _spool_root() -> str | None:
     return shm if os.path.isdir(shm) and os.access(shm, os.W_OK | os.X_OK) else None
 
 
-class _Poll:
-    """How many of a set of pipes have room for a frame of ``PIPE_BUF`` bytes: one
-    ``poll(2)`` (a pipe is writable while it has a free page, which takes such a frame whole;
-    a pipe whose writer is gone counts too: writing to it fails, and the pass handles that)."""
-
-    def __init__(self) -> None:
-        self._poll: Any = None
-        self._select: list[int] = []
-
-    def watch(self, fds: list[int]) -> None:
-        """Watch ``fds`` (and no other pipe)."""
-        if hasattr(select, "poll"):
-            self._poll = select.poll()
-            for fd in fds:
-                self._poll.register(fd, select.POLLOUT)
-        self._select = list(fds)
-
-    def ready(self) -> int:
-        """How many watched pipes have room (or an error) now."""
-        if self._poll is not None:
-            return len(self._poll.poll(0))
-        return len(select.select([], self._select, [], 0)[1]) if self._select else 0
+def _writable(fds: list[int]) -> Any:
+    """A function of a timeout in seconds (0: none) listing which of the pipes ``fds`` have
+    room for a frame of ``PIPE_BUF`` bytes: ``poll(2)`` once registered (a pipe is writable
+    while it has a free page, which takes such a frame whole; a pipe whose writer is gone is
+    listed too: writing to it fails, and the pass handles that)."""
+    if not hasattr(select, "poll"):
+        return lambda timeout: select.select([], fds, [], timeout)[1] if fds else []
+    poller = select.poll()
+    for fd in fds:
+        poller.register(fd, select.POLLOUT)
+    return poller.poll
 
 
 @functools.lru_cache(maxsize=1)
