@@ -257,3 +257,24 @@ def test_spool_files_count_by_their_bytes_against_a_writers_bound(tmp_path):
     assert len(stored) + monitor.dropped.get("jsonl", 0) == 6
     for step, values in by_step(read_jsonl(monitor.run)).items():
         assert values == row(step, 4000)
+
+
+def test_a_writer_that_dies_mid_stream_of_large_calls_leaves_no_spool(tmp_path):
+    """Its links of the calls it never read are nobody's: close removes them with the folder;
+    the other backend stores every call."""
+    monitor = Monitor(["faulty", "jsonl"], project="p", name="died", log_dir=tmp_path,
+                      dispatch="process", wait=True, faulty={"segfault_at": 1})
+    faulty = next(w for w in monitor._dispatch.writers if w.name == "faulty")
+    spool = monitor._dispatch.spool
+    with pytest.warns(BackendWarning, match="'faulty'.*WriterDied.*SIGSEGV"):
+        for step in range(2):
+            monitor.log(row(step, 2000), step=step)
+        faulty.process.wait(timeout=60)
+        for step in range(2, 6):
+            monitor.log(row(step, 2000), step=step)
+        monitor.flush()
+    assert spool is not None and os.path.isdir(spool)
+    with pytest.warns(BackendWarning, match="'faulty'.*not delivered"):
+        monitor.close()
+    assert not os.path.exists(spool)
+    assert by_step(read_jsonl(monitor.run)) == {step: row(step, 2000) for step in range(6)}

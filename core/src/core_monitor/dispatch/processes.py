@@ -600,7 +600,7 @@ class ProcessDispatch(Dispatch):
         then announced by a ``wire.SPOOL`` frame in one pass, as a small call is. The file
         lives on the disk, so it outlives a SIGKILL of this process; each writer removes its
         link once read."""
-        targets = self._targets(size)
+        targets = list(self._targets(size))  # a copy: a writer found gone leaves ``_live``
         if not targets:
             fan_out(puts, item)
             return
