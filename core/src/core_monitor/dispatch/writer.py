@@ -17,10 +17,10 @@ when, the calls handled, the bytes read from ``DATA`` and from spool files.
 Two threads:
 
 * the reader reads ``DATA`` as soon as bytes arrive (blocking in ``select``, no polling) into
-  an in-memory inbox of at most one pipe's worth, so a backend's drain rate is bounded by the
-  backend, never by an interval; it reads ``CONTROL`` and places a flush or stop request in
-  the inbox after every byte ``DATA`` held when the request was read (what was logged before
-  the request); and it watches the training process (its parent) and SIGTERM;
+  an in-memory inbox of at most one pipe's worth and a page, so a backend's drain rate is
+  bounded by the backend, never by an interval; it reads ``CONTROL`` and places a flush or
+  stop request in the inbox after every byte ``DATA`` held when the request was read (what
+  was logged before the request); and it watches the training process (its parent) and SIGTERM;
 * the main thread constructs the backend, then takes the inbox in order and calls the hooks.
 
 How it ends:
@@ -139,7 +139,10 @@ class Writer:
         self.parent = os.getppid() if parent is None else parent
         self.replies_broken = False
         self.reply_lock = threading.Lock()
-        self.inbox = Inbox(_pipe_size(data_fd))
+        # A pipe's worth, and a page: the training process writes a call once the pipe has a
+        # free page (what poll tells it: a call is written into every pipe or none), so the
+        # last page of a full pipe may stay part empty; the inbox takes that part instead.
+        self.inbox = Inbox(_pipe_size(data_fd) + mmap.PAGESIZE)
         self.wake_read, self.wake_write = os.pipe()
         os.set_blocking(self.wake_write, False)
         #: Why the writer ends without a stop request (set by the reader thread), if it does.
