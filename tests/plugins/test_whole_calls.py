@@ -227,7 +227,7 @@ def _alive(pid: int) -> bool:
 
 
 def test_spool_files_count_by_their_bytes_against_a_writers_bound(tmp_path):
-    """``queue_size=8``: a writer's bound is an 8 KiB pipe and 8 KiB of unread spool files
+    """``queue_size=8``: a writer's bound is an 8 KiB pipe and 16 KiB of unread spool files
     (one file larger than that when it holds none). Its backend hangs inside the first call:
     the second waits in the spool, each later one is dropped for it at once (counted, never
     spooled), and close gives up on it; the other backend stores or drops every call."""

@@ -11,10 +11,11 @@ tags) is first written whole into a spool file (``ProcessDispatch.spool``, a fol
 ``/dev/shm``), hard-linked once per writer, and only a small ``wire.SPOOL`` frame naming it
 crosses the pipes, in the same pass: an interrupt before the pass leaves no trace of the call,
 one after it cannot undo it. Spool files count by their bytes against each writer's bound
-(its pipe's size again). When ``log()`` returns the call is in the kernel (in a pipe, and a
-spool file for a large one): if the training process dies by any means, each writer still
-reads it, writes it, flushes, marks the run as crashed (``monitor_crash``) and exits
-(``core_monitor.dispatch.writer``), the last one removing the spool folder. No tracker SDK is
+(twice its pipe's size: what its pipe and its inbox hold of small calls). When ``log()``
+returns the call is in the kernel (in a pipe, and a spool file for a large one): if the
+training process dies by any means, each writer still reads it, writes it, flushes, marks the
+run as crashed (``monitor_crash``) and exits (``core_monitor.dispatch.writer``), the last one
+removing the spool folder. No tracker SDK is
 imported in the training process.
 
 Each data pipe is the backend's bounded buffer: ``queue_size`` calls of 1 KiB (at least one
@@ -155,8 +156,9 @@ class WriterProcess:
             if shared_fd >= 0:
                 os.ftruncate(shared_fd, mmap.PAGESIZE)
             self.busy = mmap.mmap(shared_fd, SHARED_BYTES) if shared_fd >= 0 else None
-            #: The writer's bound in bytes: its pipe's size, and as much again of spool files.
-            self.bound = _resize(self.fd, capacity * BYTES_PER_CALL)
+            #: The bytes of spool files the writer may hold unread: what its pipe and its
+            #: inbox hold of small calls (twice the pipe's size).
+            self.bound = 2 * _resize(self.fd, capacity * BYTES_PER_CALL)
             # Its own session: a Ctrl-C (SIGINT to the terminal's process group) is the
             # training process's business. Its own output pipe: it never holds the training
             # process's stdout/stderr (a shell or CI step waiting on them would wait for it).
@@ -234,9 +236,9 @@ class WriterProcess:
             if self.spool_room(size):
                 select.select([], [self.fd], [], wait)
             else:  # the writer reads spool files as it handles them: nothing to select on,
-                # so naps growing from 0.1 ms to 5 ms (a writer keeping up is not kept waiting)
+                # so naps growing from 0.1 ms to 2 ms (a writer keeping up is not kept waiting)
                 time.sleep(min(wait, nap))
-                nap = min(nap * 2, 0.005)
+                nap = min(nap * 2, 0.002)
 
     def control(self, message: tuple[str, dict[str, Any]]) -> bool:
         """Write a control frame (flush, stop) into the control pipe, never waiting: it holds
