@@ -278,3 +278,38 @@ def test_a_writer_that_dies_mid_stream_of_large_calls_leaves_no_spool(tmp_path):
         monitor.close()
     assert not os.path.exists(spool)
     assert by_step(read_jsonl(monitor.run)) == {step: row(step, 2000) for step in range(6)}
+
+
+TERM = """
+import json, os, signal, sys, time, warnings
+import numpy as np
+from core_monitor import Image, Monitor
+warnings.simplefilter("ignore")  # jsonl stores no images (a BackendWarning says so)
+
+monitor = Monitor(["jsonl", "tensorboard", "trackio"], project="p", name="term",
+                  log_dir=sys.argv[1], dispatch="process")
+for step in range(20):
+    monitor.log({f"w{i}": step + i / 8 for i in range(3000)}, step=step)
+    monitor.log({"picture": Image(np.full((96, 96, 3), step, np.uint8))}, step=step)
+print(json.dumps({"spool": monitor._dispatch.spool}), flush=True)
+os.kill(os.getpid(), signal.SIGTERM)
+time.sleep(600)
+"""
+
+
+def test_sigterm_right_after_large_calls_stores_every_one_and_leaves_no_spool(tmp_path):
+    """The SIGTERM handler closes the monitor: its stop request goes on the control pipe, and a
+    large call is a spool file named by a small frame, so nothing can land inside a call."""
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(TERM), str(tmp_path)],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == -signal.SIGTERM, done.stderr[-4000:]
+    spool = json.loads(done.stdout.splitlines()[-1])["spool"]
+    assert not os.path.exists(spool)
+    run = RunInfo(project="p", name="term", log_dir=Path(tmp_path))
+    expected = {step: {f"w{i}": step + i / 8 for i in range(3000)} for step in range(20)}
+    for name, read in READ.items():
+        assert by_step(read(run)) == expected, name
+    for read_media in (tensorboard_monitor.read_media, trackio_monitor.read_media):
+        images = [(step, image) for _, step, image in read_media(run) if isinstance(image, Image)]
+        assert [step for step, _ in images] == list(range(20))
+        assert all((image.array[..., :3] == step).all() for step, image in images)
