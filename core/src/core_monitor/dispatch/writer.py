@@ -238,6 +238,7 @@ class Writer:
                 pending_end = None
             if self.deadline is not None and now >= self.deadline and (
                     self.started or now >= self.deadline + START_SECONDS):
+                self.leave_spool()
                 os._exit(3)  # stuck in a hook (or in the start) past the drain limit
 
     def death(self, seen: str) -> str:
@@ -378,10 +379,15 @@ class Writer:
         if crash:
             self.call("monitor_crash", {"reason": crash})
         self.call("monitor_close", {})
-        if self.orphaned and self.spool:  # empty once every writer has read its links
+        self.leave_spool()
+        self.reply("closed", self.handled)
+
+    def leave_spool(self) -> None:
+        """When the training process is gone (nobody else removes it): remove the spool folder
+        if it is empty (each writer tries as it ends; the last one's attempt succeeds)."""
+        if self.spool and (self.orphaned or os.getppid() != self.parent):
             with contextlib.suppress(OSError):
                 os.rmdir(self.spool)
-        self.reply("closed", self.handled)
 
 
 def _pipe_size(fd: int) -> int:
