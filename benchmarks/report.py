@@ -209,6 +209,15 @@ def start_close_rows(results: dict[str, Any], add: Any) -> None:
         for name, c in r["close_s"].items():
             add("P-close", f"{name}: close() after the last flush(), process mode",
                 _range(c, 2, " s"), "", "", "", "", None)
+    r = results.get("P-large")
+    if r and "error" not in r:
+        for size, row in r["sizes"].items():
+            for what in ("caller", "drained"):
+                c = row[what]
+                add("P-large", f"one {size} image call, process mode, 2 writers: {what} "
+                    "time, spooled (now) vs pipe by pipe (before)",
+                    f"{_num(c['a_us']['median'], 0)} µs", f"{_num(c['b_us']['median'], 0)} µs",
+                    _range(c["ratio"], 2, "×"), "", "", None)
     r = results.get("P7-sustained")
     if r and "error" not in r:
         for target, row in r["step_ms"].items():

@@ -3,10 +3,20 @@
 The training process validates each call on the caller's thread, encodes it once
 (``core_monitor.dispatch.wire``) and writes the frame into every writer's pipe in one C-level
 pass (``os.write`` mapped over the pipes by ``deque.extend``: no Python bytecode, so no
-signal handler and no other thread, runs between two writes). When ``log()`` returns the call
-is in the kernel: if the training process dies by any means, each writer still reads it,
-writes it, flushes, marks the run as crashed (``monitor_crash``) and exits
-(``core_monitor.dispatch.writer``). No tracker SDK is imported in the training process.
+signal handler and no other thread, runs between two writes), once every pipe has room for it
+(one ``poll``; room is waited for, or the call dropped for a full one, before anything is
+written). A frame of at most ``PIPE_BUF`` bytes (4 KiB on Linux) goes into a pipe whole, so
+the call reaches every writer whole or none. A larger one (an image, a row of thousands of
+tags) is first written whole into a spool file (``ProcessDispatch.spool``, a folder in
+``/dev/shm``), hard-linked once per writer, and only a small ``wire.SPOOL`` frame naming it
+crosses the pipes, in the same pass: an interrupt before the pass leaves no trace of the call,
+one after it cannot undo it. Spool files count by their bytes against each writer's bound
+(twice its pipe's size: what its pipe and its inbox hold of small calls). When ``log()``
+returns the call is in the kernel (in a pipe, and a spool file for a large one): if the
+training process dies by any means, each writer still reads it, writes it, flushes, marks the
+run as crashed (``monitor_crash``) and exits (``core_monitor.dispatch.writer``), the last one
+removing the spool folder. No tracker SDK is
+imported in the training process.
 
 Each data pipe is the backend's bounded buffer: ``queue_size`` calls of 1 KiB (at least one
 page, at most the system's largest pipe, ``/proc/sys/fs/pipe-max-size``, 1 MiB by default); the
@@ -69,15 +79,18 @@ import os
 import pickle
 import select
 import selectors
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import warnings
 from collections import deque
 from collections.abc import Sequence
-from itertools import repeat
+from itertools import chain, repeat
+from queue import SimpleQueue
 from typing import Any
 
 from .. import hookspecs, shutdown
@@ -89,9 +102,9 @@ from . import wire
 from .backends import hook_names
 from .policy import Policy
 from .strategy import BackendSpec, Dispatch
-from .threads import ThreadDispatch
+from .threads import ThreadDispatch, fan_out
 from .warn import report_drop, report_lost
-from .wire import BUSY_SINCE, HANDLED, SHARED_BYTES
+from .wire import BUSY_SINCE, HANDLED, SHARED_BYTES, SPOOL_READ, SPOOL_READ_AT
 from .writer import DRAIN_SECONDS, START_SECONDS
 
 logger = logging.getLogger("core_monitor")
@@ -102,9 +115,12 @@ STARTUP_SECONDS = 120.0
 BYTES_PER_CALL = 1024
 #: Seconds a full pipe of an idle writer gets to drain before a call is dropped.
 DROP_GRACE_SECONDS = 0.05
+#: Seconds of the first nap while waiting for a writer to read its spool files.
+SPOOL_NAP_SECONDS = 0.0001
 _PIPE_BUF = getattr(select, "PIPE_BUF", 512)
 _F_SETPIPE_SZ = 1031  # fcntl.F_SETPIPE_SZ (Linux; in the fcntl module from Python 3.10)
 _write = os.write
+_put = SimpleQueue.put
 
 
 class WriterProcess:
@@ -121,8 +137,11 @@ class WriterProcess:
         dead: the writer ended without being asked to (or was killed).
     """
 
-    def __init__(self, spec: BackendSpec, run: RunInfo, capacity: int) -> None:
+    def __init__(self, spec: BackendSpec, run: RunInfo, capacity: int, index: int,
+                 spool: str) -> None:
         self.name = spec.name
+        self.index = index  # its place in start order: the suffix of its spool links
+        self.spooled = 0  # bytes of spool files sent to it (wire.SPOOL_READ: bytes it read)
         self.ready: bool | BaseException | None = None
         self.facts: dict[str, Any] = {}
         self.handled = self.flushed = 0
@@ -131,7 +150,7 @@ class WriterProcess:
         self.ending: str | None = None  # why the writer said it ends by itself, if it did
         self.changed = threading.Condition()
         start = wire.encode(("start", spec.cls.__module__, spec.cls.__qualname__, spec.name,
-                             run, dict(spec.options)))
+                             run, dict(spec.options), spool, index))
         data_read, self.fd = os.pipe()
         control_read, self.control_fd = os.pipe()
         self.reply_fd, reply_write = os.pipe()
@@ -142,7 +161,9 @@ class WriterProcess:
             if shared_fd >= 0:
                 os.ftruncate(shared_fd, mmap.PAGESIZE)
             self.busy = mmap.mmap(shared_fd, SHARED_BYTES) if shared_fd >= 0 else None
-            _resize(self.fd, capacity * BYTES_PER_CALL)
+            #: The bytes of spool files the writer may hold unread: what its pipe and its
+            #: inbox hold of small calls (twice the pipe's size).
+            self.bound = 2 * _resize(self.fd, capacity * BYTES_PER_CALL)
             # Its own session: a Ctrl-C (SIGINT to the terminal's process group) is the
             # training process's business. Its own output pipe: it never holds the training
             # process's stdout/stderr (a shell or CI step waiting on them would wait for it).
@@ -189,6 +210,40 @@ class WriterProcess:
         if busy is None or busy[0] == 0:
             return True
         return time.monotonic() - BUSY_SINCE.unpack_from(busy, 24)[0] < DROP_GRACE_SECONDS
+
+    def spool_room(self, size: int) -> bool:
+        """Whether a spool file of ``size`` bytes (0: none) fits the writer's bound: the bytes
+        of spool files it has not read yet, plus ``size``, at most ``bound``; a file larger
+        than the bound when it holds none (else such a call could never be sent)."""
+        if not size or self.busy is None:
+            return True
+        held = self.spooled - SPOOL_READ.unpack_from(self.busy, SPOOL_READ_AT)[0]
+        return held <= 0 or held + size <= self.bound
+
+    def room(self, size: int) -> bool:
+        """Whether a frame of at most ``PIPE_BUF`` bytes can be written into the pipe now (one
+        free page of the pipe takes it whole), naming a spool file of ``size`` bytes."""
+        return bool(select.select([], [self.fd], [], 0)[1]) and self.spool_room(size)
+
+    def wait_room(self, size: int, deadline: float | None, *, starting: bool = False) -> bool:
+        """Wait for ``room(size)`` until ``deadline`` (``None``: no limit), while the writer
+        lives (and, with ``starting``, while it is still starting); whether there is room.
+        Nothing is written meanwhile: an interrupt here leaves no trace of the call."""
+        nap = SPOOL_NAP_SECONDS
+        while True:
+            if self.room(size):
+                return True
+            left = None if deadline is None else deadline - time.monotonic()
+            if (self.process.poll() is not None or (left is not None and left <= 0)
+                    or (starting and self.ready is not None)):
+                return False
+            wait = 0.1 if left is None else min(left, 0.1)
+            if self.spool_room(size):
+                select.select([], [self.fd], [], wait)
+            else:  # the writer reads spool files as it handles them: nothing to select on,
+                # so naps growing from 0.1 ms to 2 ms (a writer keeping up is not kept waiting)
+                time.sleep(min(wait, nap))
+                nap = min(nap * 2, 0.002)
 
     def control(self, message: tuple[str, dict[str, Any]]) -> bool:
         """Write a control frame (flush, stop) into the control pipe, never waiting: it holds
@@ -254,6 +309,10 @@ class ProcessDispatch(Dispatch):
         self.threads: ThreadDispatch | None = None
         self._fds: list[int] = []  # the live writers' pipes, in start order (the hot path)
         self._live: list[WriterProcess] = []
+        self._writable = _writable([])  # which of ``_fds`` have room for a frame (a list)
+        #: The folder of the spool files (calls larger than ``PIPE_BUF``), while writers run.
+        self.spool: str | None = None
+        self._spools = 0  # spool files written (their names)
         self._selector: selectors.BaseSelector | None = None
         self._reader: threading.Thread | None = None
         self._marker = 0
@@ -286,6 +345,7 @@ class ProcessDispatch(Dispatch):
         started = {}
         self._live = list(self.writers)
         self._fds = [writer.fd for writer in self._live]
+        self._writable = _writable(self._fds)
         deadline = time.monotonic() + STARTUP_SECONDS
         self._waited = self.wait
         try:
@@ -329,8 +389,9 @@ class ProcessDispatch(Dispatch):
         if not specs:
             return
         self._selector = selectors.DefaultSelector()
-        for spec in specs:
-            writer = WriterProcess(spec, run, self.capacity)
+        self.spool = tempfile.mkdtemp(prefix="core_monitor-spool-", dir=_spool_root())
+        for index, spec in enumerate(specs):
+            writer = WriterProcess(spec, run, self.capacity, index, self.spool)
             self.writers.append(writer)
             self._selector.register(writer.reply_fd, selectors.EVENT_READ, (writer, "reply"))
             self._selector.register(writer.output_fd, selectors.EVENT_READ, (writer, "output"))
@@ -424,67 +485,157 @@ class ProcessDispatch(Dispatch):
             if self.threads is not None:
                 self.threads.send(hook, kwargs)
             return
+        # Backends placed in worker threads get the call in the same pass as the pipes: the
+        # room in their queues is settled first, as the pipes' is.
+        puts = () if self.threads is None else self.threads.queues_with_room()
         # A batch travels as its rows, plain tuples (pickled in a third of the time of the
         # Batch object); the writer builds the Batch again (``wire.WRITE_ROWS``).
-        frame = (wire.encode((wire.WRITE_ROWS, kwargs["events"].rows))
-                 if hook == "monitor_write" and type(kwargs["events"]) is Batch else None)
-        if frame is not None and len(frame) <= _PIPE_BUF:
-            done: deque[int] = deque()
-            try:
-                done.extend(map(_write, self._fds, repeat(frame)))
-            except OSError as error:
-                self._resume_send(len(done), error, [frame])
+        if hook == "monitor_write" and type(kwargs["events"]) is Batch:
+            frame = wire.encode((wire.WRITE_ROWS, kwargs["events"].rows))
+            size = len(frame)
+            parts = [frame]
         else:
-            self._send_parts(wire.encode_parts((hook, kwargs)) if frame is None else [frame])
-        if self.threads is not None:
-            self.threads.send(hook, kwargs)
+            parts = wire.encode_parts((hook, kwargs))
+            size = sum(memoryview(part).nbytes for part in parts)
+            frame = b"".join(parts) if size <= _PIPE_BUF else b""
+        if size <= _PIPE_BUF:
+            live = self._live
+            self._pass(frame, live if len(self._writable(0)) == len(live) else self._targets(0),
+                        puts, (hook, kwargs))
+        else:
+            self._spool(parts, size, puts, (hook, kwargs))
 
-    def _resume_send(self, at: int, error: OSError, parts: list[Any]) -> None:
-        """The C pass stopped at pipe ``at`` (full, or its writer is gone): handle it, then
-        write the frame to the pipes after it one at a time."""
-        writers = list(self._live)
-        self._one_failed(writers[at], error, parts)
-        for writer in writers[at + 1:]:
-            try:
-                _write_all(writer.fd, parts, first=True)
-            except OSError as later:
-                self._one_failed(writer, later, parts)
+    def _targets(self, spool: int) -> list[WriterProcess]:
+        """The live writers that take a frame (naming a spool file of ``spool`` bytes) now:
+        all of them while every pipe has room (one ``poll``); otherwise, for a full one,
+        after waiting for room (``"block"``, or a writer still starting) or the drop grace
+        (``"drop"``, a writer not stuck in a hook), or without it (dropped, counted). Nothing
+        is written here, so an interrupt while waiting leaves no trace of the call; room only
+        grows until the pass (only this thread, holding the monitor's lock, writes)."""
+        live = self._live
+        if len(self._writable(0)) == len(live) and (
+                not spool or all(writer.spool_room(spool) for writer in live)):
+            return live
+        targets = []
+        for writer in list(live):
+            if writer.room(spool) or self._wait_room(writer, spool):
+                targets.append(writer)
+        return targets
 
-    def _send_parts(self, parts: list[Any]) -> None:
-        """A frame too large to be written atomically (media, a large batch): every pipe in
-        turn, waiting for room (``"block"``) or dropping it (``"drop"``) for a full one."""
-        for writer in list(self._live):
-            try:
-                _write_all(writer.fd, parts, first=True)
-            except OSError as error:
-                self._one_failed(writer, error, parts)
+    def _wait_room(self, writer: WriterProcess, spool: int) -> bool:
+        """Wait for room in ``writer`` as ``on_full`` says; when there is none, the call is
+        counted dropped (or undelivered, for a writer that is gone) and ``False`` returned."""
+        if self.on_full == "block":
+            if writer.wait_room(spool, None):
+                return True
+        else:
+            # What is logged while a writer starts (behind Monitor(wait=False)) waits in its
+            # pipe, never dropped; once ready, a full pipe drops after the grace, at once for a
+            # writer stuck inside a hook.
+            if writer.ready is None and writer.wait_room(spool, None, starting=True):
+                return True
+            if writer.idle() and writer.wait_room(spool,
+                                                   time.monotonic() + DROP_GRACE_SECONDS):
+                return True
+            if writer.process.poll() is None:
+                self._drop(writer)
+                return False
+        self._gone(writer)
+        return False
 
-    def _one_failed(self, writer: WriterProcess, error: OSError, parts: list[Any]) -> None:
-        # A writer still starting (writers start behind Monitor(wait=False)) is waited for:
-        # what is logged before it is ready waits in its pipe, never dropped.
-        if (isinstance(error, BlockingIOError) and self.on_full == "drop"
-                and writer.ready is None):
-            try:
-                if _write_while_starting(writer, parts):
-                    return
-            except OSError as later:
-                error = later
-        if isinstance(error, BlockingIOError):
-            if self.on_full == "block" or (
-                    writer.idle() and _wait_writable(writer,
-                                                     time.monotonic() + DROP_GRACE_SECONDS)):
-                try:  # "drop" never waits past the grace: no room for the frame, dropped
-                    _write_all(writer.fd, parts, first=True,
-                               writer=writer if self.on_full == "block" else None)
-                    return
+    def _drop(self, writer: WriterProcess) -> None:
+        """Drop the call for ``writer`` (``on_full="drop"``): counted, warned about once."""
+        self.dropped[writer.name] = self.dropped.get(writer.name, 0) + 1
+        writer.skipped += 1
+        if self.dropped[writer.name] == 1:
+            report_drop(writer.name, f"its pipe is full (queue_size={self.capacity})")
+
+    def _pass(self, frame: bytes, targets: list[WriterProcess],
+              puts: Sequence[Any] = (), item: Any = None) -> list[WriterProcess]:
+        """Write ``frame`` (at most ``PIPE_BUF`` bytes) into the pipes of ``targets``, each of
+        which has room for it, after putting ``item`` into the worker threads' queues
+        ``puts`` (a put never fails); the writers that got it.
+
+        The pass is atomic: ``deque.extend`` drives ``map(os.write, ...)`` in C, so no Python
+        bytecode runs between two writes, hence no signal handler (Python runs handlers
+        between bytecodes) and no other thread. ``os.write`` itself runs handlers only when
+        the system call fails with EINTR (PEP 475), and a non-blocking write of at most
+        ``PIPE_BUF`` bytes into a pipe with a free page never sleeps, so it never returns
+        EINTR. Blocking signals with ``signal.pthread_sigmask`` would add nothing: it masks
+        this thread only, another thread's C-level handler would still flag the signal, and
+        the flag is acted on at the next bytecode, which comes after the pass either way.
+        """
+        fds = self._fds if targets is self._live else [writer.fd for writer in targets]
+        done: deque[Any] = deque()
+        try:
+            if puts:
+                done.extend(chain(map(_put, puts, repeat(item)), map(_write, fds, repeat(frame))))
+            else:
+                done.extend(map(_write, fds, repeat(frame)))
+        except OSError as error:  # a writer that ended since the room was checked
+            return self._resume_pass(frame, targets, len(done) - len(puts), error)
+        return targets
+
+    def _resume_pass(self, frame: bytes, targets: list[WriterProcess], at: int,
+                     error: OSError) -> list[WriterProcess]:
+        """The pass stopped at ``targets[at]``: its writer is gone (or, where a pipe with
+        room may still refuse a frame, full). The frame goes to the others one at a time."""
+        got = targets[:at]
+        for offset, writer in enumerate(targets[at:]):
+            if offset:
+                try:
+                    _write(writer.fd, frame)
+                    got.append(writer)
+                    continue
                 except OSError as later:
                     error = later
-            if isinstance(error, BlockingIOError):
-                self.dropped[writer.name] = self.dropped.get(writer.name, 0) + 1
-                writer.skipped += 1
-                if self.dropped[writer.name] == 1:
-                    report_drop(writer.name, f"its pipe is full (queue_size={self.capacity})")
-                return
+            if isinstance(error, BlockingIOError) and writer.process.poll() is None:
+                if self.on_full == "drop":
+                    self._drop(writer)
+                    continue
+                with contextlib.suppress(OSError):
+                    _write_all(writer.fd, [frame], writer=writer)
+                    got.append(writer)
+                    continue
+            self._gone(writer)
+        return got
+
+    def _spool(self, parts: list[Any], size: int, puts: Sequence[Any], item: Any) -> None:
+        """A frame larger than ``PIPE_BUF`` (media, a wide row): written whole into a file of
+        the spool folder, hard-linked once per writer that takes it, all before anything is
+        announced (an interrupt or a full disk meanwhile removes them: no trace of the call),
+        then announced by a ``wire.SPOOL`` frame in one pass, as a small call is. The file
+        lives on the disk, so it outlives a SIGKILL of this process; each writer removes its
+        link once read."""
+        targets = list(self._targets(size))  # a copy: a writer found gone leaves ``_live``
+        if not targets:
+            fan_out(puts, item)
+            return
+        assert self.spool is not None
+        self._spools += 1
+        name = str(self._spools)
+        paths = [wire.spool_path(self.spool, name, writer.index) for writer in targets]
+        try:
+            _write_file(paths[0], parts)
+            for path in paths[1:]:
+                os.link(paths[0], path)
+        except BaseException:
+            for path in paths:
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
+            raise
+        got = self._pass(wire.encode((wire.SPOOL, {"name": name, "bytes": size})), targets,
+                         puts, item)
+        for writer, path in zip(targets, paths, strict=True):
+            if writer in got:
+                writer.spooled += size
+            else:  # dropped or gone after the room check (rare): its link is nobody's
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
+
+    def _gone(self, writer: WriterProcess) -> None:
+        """``writer``'s process ended: count the call (unless it was reported otherwise) and
+        stop sending to it."""
         if not writer.dead and writer.ready is True:  # a dead writer's calls are counted
             # once, at close; one that failed to start was reported as that failure
             self.undelivered[writer.name] = self.undelivered.get(writer.name, 0) + 1
@@ -496,6 +647,7 @@ class ProcessDispatch(Dispatch):
         if writer in self._live:
             self._live.remove(writer)
             self._fds = [w.fd for w in self._live]
+            self._writable = _writable(self._fds)
 
     def flush(self, lock: Any, timeout: float | None) -> None:
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -548,6 +700,7 @@ class ProcessDispatch(Dispatch):
             writer.stopping = True
             writer.close_pipe()
         self._live, self._fds = [], []
+        self._writable = _writable([])
         for writer in self.writers:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             try:
@@ -567,6 +720,9 @@ class ProcessDispatch(Dispatch):
                 "ran out; it writes everything logged once started, then exits by itself "
                 "(at most %.0f s after this process ends)", ", ".join(map(repr, starting)), timeout,
                 START_SECONDS + DRAIN_SECONDS)
+            self._remove_spool(keep=starting)  # their links: they read them, then the folder
+        else:
+            self._remove_spool()  # every writer has ended: what is left there is nobody's
         if self._reader is not None:  # it passes on a starting writer's output until its end
             self._reader.join(timeout=10 if not starting or deadline is None
                               else max(0.0, deadline - time.monotonic()))
@@ -601,6 +757,24 @@ class ProcessDispatch(Dispatch):
         for writer in self.writers:
             self._stop_writer(writer)
         self.writers = []
+        self._remove_spool()
+
+    def _remove_spool(self, keep: Sequence[str] = ()) -> None:
+        """Remove the spool folder with what a writer that died or was killed left in it; with
+        ``keep`` (writers left to finish by themselves), only the links no such writer reads:
+        each of them removes its own links, and the last one the folder (``writer.py``)."""
+        if self.spool is None:
+            return
+        if not keep:
+            shutil.rmtree(self.spool, ignore_errors=True)
+        else:
+            kept = {f".{writer.index}" for writer in self.writers if writer.name in keep}
+            with contextlib.suppress(OSError):
+                for entry in os.scandir(self.spool):
+                    if os.path.splitext(entry.name)[1] not in kept:
+                        with contextlib.suppress(OSError):
+                            os.unlink(entry.path)
+        self.spool = None
 
     def before_fork(self) -> None:
         """Nothing waits in a user-space buffer here; the worker threads' part is flushed."""
@@ -617,6 +791,8 @@ class ProcessDispatch(Dispatch):
                         os.close(fd)
             writer.fd = writer.control_fd = -1
         self.writers, self._live, self._fds = [], [], []
+        self._writable = _writable([])
+        self.spool = None  # the parent's: its writers read it, its close removes it
         if self.threads is not None:
             self.threads.forget()
 
@@ -659,15 +835,20 @@ def _nothing(**kwargs: Any) -> None:
     """Stands for a hook that runs in the writer process (``MediaRoutes`` needs a callable)."""
 
 
-def _resize(fd: int, size: int) -> None:
-    """Make the pipe hold ``size`` bytes (rounded to pages), within what the system allows."""
+def _resize(fd: int, size: int) -> int:
+    """Make the pipe hold ``size`` bytes (rounded to pages), within what the system allows;
+    the size it has then, in bytes."""
     try:
         import fcntl
     except ImportError:  # not POSIX: the default size
-        return
+        return 1 << 16
     size = max(mmap.PAGESIZE, min(size, _pipe_max_size()))
     with contextlib.suppress(OSError):
         fcntl.fcntl(fd, getattr(fcntl, "F_SETPIPE_SZ", _F_SETPIPE_SZ), size)
+    try:
+        return int(fcntl.fcntl(fd, getattr(fcntl, "F_GETPIPE_SZ", _F_SETPIPE_SZ + 1)))
+    except OSError:
+        return 1 << 16
 
 
 @functools.lru_cache(maxsize=1)
@@ -679,13 +860,11 @@ def _pipe_max_size() -> int:
         return 1 << 20
 
 
-def _write_all(fd: int, parts: list[Any], *, first: bool = False,
-               writer: WriterProcess | None = None) -> None:
-    """Write the frame ``parts`` whole into ``fd``, waiting for room while the pipe is full.
+def _write_all(fd: int, parts: list[Any], *, writer: WriterProcess | None = None) -> None:
+    """Write the frame ``parts`` whole into ``fd``, waiting for room while it is full (a
+    blocking pipe, the start frame; or a non-blocking one of ``writer``, while it lives).
 
     Raises:
-        BlockingIOError: ``first`` and the pipe has no room for the frame's first byte (so
-            nothing of it was written): the caller decides to wait or drop.
         BrokenPipeError: the writer is gone.
     """
     views = [memoryview(part).cast("B") for part in parts]
@@ -693,13 +872,10 @@ def _write_all(fd: int, parts: list[Any], *, first: bool = False,
         try:
             written = os.writev(fd, views)
         except BlockingIOError:
-            if first and writer is None:
-                raise
             if writer is not None and writer.process.poll() is not None:
                 raise BrokenPipeError(f"the writer of backend {writer.name!r} ended") from None
             select.select([], [fd], [], 0.1)
             continue
-        first = False
         while views and written >= views[0].nbytes:
             written -= views[0].nbytes
             views.pop(0)
@@ -707,23 +883,45 @@ def _write_all(fd: int, parts: list[Any], *, first: bool = False,
             views[0] = views[0][written:]
 
 
-def _write_while_starting(writer: WriterProcess, parts: list[Any]) -> bool:
-    """Wait for room in ``writer``'s pipe while it starts (and lives); whether the frame was
-    written. Once it is ready, a full pipe is the drop policy's business again."""
-    while writer.ready is None and writer.process.poll() is None:
-        select.select([], [writer.fd], [], 0.1)
-        try:
-            _write_all(writer.fd, parts, first=True)
-            return True
-        except BlockingIOError:
-            continue
-    return False
+def _write_file(path: str, parts: list[Any]) -> None:
+    """Create the file ``path`` (it must not exist) holding the frame ``parts``, closed.
+
+    Raises:
+        OSError: it cannot be created or written (a full disk); it is then left to the caller.
+    """
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0),
+                 0o600)
+    try:
+        views = [memoryview(part).cast("B") for part in parts]
+        while views:
+            written = os.writev(fd, views)
+            while views and written >= views[0].nbytes:
+                written -= views[0].nbytes
+                views.pop(0)
+            if views and written:
+                views[0] = views[0][written:]
+    finally:
+        os.close(fd)
 
 
-def _wait_writable(writer: WriterProcess, deadline: float) -> bool:
-    """Whether ``writer``'s pipe has room again before ``deadline``."""
-    left = deadline - time.monotonic()
-    return left > 0 and bool(select.select([], [writer.fd], [], left)[1])
+def _spool_root() -> str | None:
+    """Where spool folders go: ``/dev/shm`` (memory, on Linux) when it is a writable folder,
+    else the temporary folder (``tempfile.gettempdir()``)."""
+    shm = "/dev/shm"
+    return shm if os.path.isdir(shm) and os.access(shm, os.W_OK | os.X_OK) else None
+
+
+def _writable(fds: list[int]) -> Any:
+    """A function of a timeout in seconds (0: none) listing which of the pipes ``fds`` have
+    room for a frame of ``PIPE_BUF`` bytes: ``poll(2)`` once registered (a pipe is writable
+    while it has a free page, which takes such a frame whole; a pipe whose writer is gone is
+    listed too: writing to it fails, and the pass handles that)."""
+    if not hasattr(select, "poll"):
+        return lambda timeout: select.select([], fds, [], timeout)[1] if fds else []
+    poller = select.poll()
+    for fd in fds:
+        poller.register(fd, select.POLLOUT)
+    return poller.poll
 
 
 @functools.lru_cache(maxsize=1)

@@ -212,14 +212,14 @@ class Worker:
             self.busy = None
 
 
-def fan_out(workers: Sequence[Worker], item: tuple[str, Any]) -> None:
-    """Put ``item`` into every worker's queue in one C-level pass.
+def fan_out(queues: Sequence[SimpleQueue[tuple[str, Any]]], item: tuple[str, Any]) -> None:
+    """Put ``item`` into every queue of ``queues`` in one C-level pass.
 
     ``deque.extend`` drives ``map(SimpleQueue.put, ...)`` without running Python bytecode, so
     no signal handler and no other thread runs between two puts: the item is in every queue or
-    in none. Capacity is the caller's business (``Worker.wait_for_room``).
+    in none. Capacity is the caller's business (``ThreadDispatch.queues_with_room``).
     """
-    _consume(map(_put, [w.items for w in workers], repeat(item)))
+    _consume(map(_put, queues, repeat(item)))
 
 
 class ThreadDispatch(SyncDispatch):
@@ -249,11 +249,15 @@ class ThreadDispatch(SyncDispatch):
     def send(self, hook: str, kwargs: dict[str, Any]) -> None:
         """Queue ``hooks[hook](**kwargs)`` for every backend (all or none of them, see
         ``fan_out``); block or drop for a full queue as ``on_full`` says."""
-        item = (hook, kwargs)
+        fan_out(self.queues_with_room(), (hook, kwargs))
+
+    def queues_with_room(self) -> list[SimpleQueue[tuple[str, Any]]]:
+        """The queues that take one more item now (``_with_room``): what ``send`` puts into,
+        and what a process dispatch with some backends in threads puts into in the same
+        C-level pass as its pipe writes."""
         if max(map(SimpleQueue.qsize, self._queues), default=0) < self.capacity:
-            fan_out(self.workers, item)
-        else:
-            fan_out(self._with_room(), item)
+            return self._queues
+        return [worker.items for worker in self._with_room()]
 
     def _with_room(self) -> list[Worker]:
         """The workers that take one more item now, after waiting (``"block"``) or dropping

@@ -4,7 +4,9 @@ A frame is ``<pickle length: u32><buffer count: u32>[<buffer length: u64> ...]``
 (protocol 5) of ``(hook, kwargs)``, then the out-of-band buffers (numpy arrays of media values,
 sent without a copy into a ``bytes`` object). A 10-scalar ``log()`` call is one frame of about
 300 bytes, below the pipe's atomic-write size (``PIPE_BUF``), so it reaches a pipe whole or not
-at all. Replies from a writer use the same frames.
+at all. A larger frame is written whole into a spool file first and only a small ``SPOOL``
+frame naming it crosses the pipes (``spool_path``, ``read_spool``). Replies from a writer use
+the same frames.
 
 Exceptions cross as ``exception_parts`` (the pickled exception when it pickles, the traceback
 text, the class's qualified name, the message) and are rebuilt by ``rebuild_exception`` with
@@ -43,16 +45,22 @@ _TABLE = {**copyreg.dispatch_table,
 #: bytes 8-15 count the calls handled (what ``close`` counts as undelivered when it gives up on
 #: a hung writer); bytes 16-23 count the bytes read from the data pipe (the room left in it);
 #: bytes 24-31 are the ``time.monotonic()`` at which the running hook started (system-wide on
-#: Linux: a hook stuck for longer than the drop grace makes a full pipe drop at once).
-SHARED_BYTES = 32
+#: Linux: a hook stuck for longer than the drop grace makes a full pipe drop at once);
+#: bytes 32-39 count the bytes of spool files read (``SPOOL``: what the training process counts
+#: against the writer's bound).
+SHARED_BYTES = 40
 HANDLED = struct.Struct("<Q")
 READ_BYTES_AT = struct.Struct("<Q")
 BUSY_SINCE = struct.Struct("<d")
+SPOOL_READ = struct.Struct("<Q")
+SPOOL_READ_AT = 32
 
-#: The hook name of a frame that names a spool file holding the real frame: a call too large
-#: for one atomic pipe write (``PIPE_BUF``) is written once into a file, hard-linked once per
-#: writer (``<path>.<writer index>``), and only this small frame crosses the pipes, in the one
-#: pass that reaches every pipe or none.
+#: The hook name of a frame that names a spool file holding the real frame (``{"name": str,
+#: "bytes": int}``): a call too large for one atomic pipe write (``PIPE_BUF``) is written once
+#: into a file of the monitor's spool folder, hard-linked once per writer that gets it
+#: (``spool_path``), and only this small frame crosses the pipes, in the one pass that reaches
+#: every pipe or none. Each writer reads and removes its own link; the file is gone with the
+#: last one (the kernel counts the links: no counter of ours to keep right under a crash).
 SPOOL = "spool"
 
 #: The hook name of a frame holding a ``monitor_write`` batch as its rows (``Batch.rows``).
@@ -85,10 +93,17 @@ def encode_parts(message: Any) -> list[Any]:
     return [head, data, *raws]
 
 
-def read_spool(kwargs: dict[str, Any]) -> Any:
-    """The message of a ``SPOOL`` frame (``{"path": ...}``): read from its file, which is
-    removed (each writer has a link of its own)."""
-    path = kwargs["path"]
+def spool_path(folder: str, name: str, index: int) -> str:
+    """The link of spool file ``name`` that writer ``index`` (its place in start order) reads."""
+    return os.path.join(folder, f"{name}.{index}")
+
+
+def read_spool(path: str) -> Any:
+    """The message of a ``SPOOL`` frame, read from the link ``path``, which is removed.
+
+    Raises:
+        OSError: the link cannot be read (its folder was removed: the monitor is closed).
+    """
     with open(path, "rb") as spooled:
         data = spooled.read()
     with contextlib.suppress(OSError):

@@ -6,19 +6,21 @@ which would import the user's ``__main__`` again), one per backend. It reads fra
 (``core_monitor.dispatch.wire``) from the pipe ``DATA``: first the start frame (the backend's
 class by module path, the ``RunInfo``, the options), then one frame per hook call, in the
 order logged; a call too large for one atomic pipe write arrives as a small frame naming a
-spool file (``wire.SPOOL``). Flush and stop requests arrive on the pipe ``CONTROL``, so they
-never wait behind data in a full ``DATA`` pipe. It answers on the pipe ``REPLY``: ready or the
-start failure, each hook failure, each warning, each flush done. ``SHARED`` is a small shared
-memory (``wire.SHARED_BYTES``): whether a hook runs and since when, the calls handled and the
-bytes read from ``DATA``.
+spool file (``wire.SPOOL``), which the writer reads and removes (its own hard link of it) when
+it comes to that call; a writer whose training process died also removes the spool folder
+once it is empty (the last writer to finish does). Flush and stop requests arrive on the pipe
+``CONTROL``, so they never wait behind data in a full ``DATA`` pipe. It answers on the pipe
+``REPLY``: ready or the start failure, each hook failure, each warning, each flush done.
+``SHARED`` is a small shared memory (``wire.SHARED_BYTES``): whether a hook runs and since
+when, the calls handled, the bytes read from ``DATA`` and from spool files.
 
 Two threads:
 
 * the reader reads ``DATA`` as soon as bytes arrive (blocking in ``select``, no polling) into
-  an in-memory inbox of at most one pipe's worth, so a backend's drain rate is bounded by the
-  backend, never by an interval; it reads ``CONTROL`` and places a flush or stop request in
-  the inbox after every byte ``DATA`` held when the request was read (what was logged before
-  the request); and it watches the training process (its parent) and SIGTERM;
+  an in-memory inbox of at most one pipe's worth and a page, so a backend's drain rate is
+  bounded by the backend, never by an interval; it reads ``CONTROL`` and places a flush or
+  stop request in the inbox after every byte ``DATA`` held when the request was read (what
+  was logged before the request); and it watches the training process (its parent) and SIGTERM;
 * the main thread constructs the backend, then takes the inbox in order and calls the hooks.
 
 How it ends:
@@ -65,7 +67,7 @@ from ..media import MediaRoutes
 from ..resume import backend_state
 from . import wire
 from .backends import Backend, new_manager, start_backend
-from .wire import BUSY_SINCE, HANDLED, READ_BYTES_AT, SHARED_BYTES
+from .wire import BUSY_SINCE, HANDLED, READ_BYTES_AT, SHARED_BYTES, SPOOL_READ, SPOOL_READ_AT
 
 #: Bytes read at most at once.
 READ_BYTES = 1 << 20
@@ -137,7 +139,10 @@ class Writer:
         self.parent = os.getppid() if parent is None else parent
         self.replies_broken = False
         self.reply_lock = threading.Lock()
-        self.inbox = Inbox(_pipe_size(data_fd))
+        # A pipe's worth, and a page: the training process writes a call once the pipe has a
+        # free page (what poll tells it: a call is written into every pipe or none), so the
+        # last page of a full pipe may stay part empty; the inbox takes that part instead.
+        self.inbox = Inbox(_pipe_size(data_fd) + mmap.PAGESIZE)
         self.wake_read, self.wake_write = os.pipe()
         os.set_blocking(self.wake_write, False)
         #: Why the writer ends without a stop request (set by the reader thread), if it does.
@@ -145,6 +150,10 @@ class Writer:
         self.deadline: float | None = None  # when the reader thread ends the process
         self.backlog: list[tuple[str, Any]] = []  # inbox items that came with the start frame
         self.started = False  # the start ended (ready or failed): the drain limit applies
+        self.spool = ""  # the training process's spool folder (the start frame names it)
+        self.index = 0  # this writer's place in start order: the suffix of its spool links
+        self.spool_read = 0  # bytes of spool files read (wire.SPOOL_READ_AT)
+        self.orphaned = False  # the training process died: nobody else removes the spool
 
     # Replies -----------------------------------------------------------------------------
 
@@ -229,10 +238,12 @@ class Writer:
                 pending_end = None
             if self.deadline is not None and now >= self.deadline and (
                     self.started or now >= self.deadline + START_SECONDS):
+                self.leave_spool()
                 os._exit(3)  # stuck in a hook (or in the start) past the drain limit
 
     def death(self, seen: str) -> str:
         """What ``monitor_crash`` is told when the training process is gone."""
+        self.orphaned = True
         return (f"the training process (pid {self.parent}) ended without closing the monitor "
                 f"({seen})")
 
@@ -280,7 +291,7 @@ class Writer:
         message = self.read_start()
         if message is None:
             return False
-        _, module, qualname, name, run, options = message
+        _, module, qualname, name, run, options, self.spool, self.index = message
         try:
             cls: Any = importlib.import_module(module)
             for part in qualname.split("."):
@@ -323,11 +334,25 @@ class Writer:
         """Handle every complete frame held."""
         for hook, kwargs in self.frames:
             if hook == wire.SPOOL:
-                hook, kwargs = wire.read_spool(kwargs)
+                hook, kwargs = self.unspool(kwargs)
             self.handled += 1
             if hook == wire.WRITE_ROWS:
                 hook, kwargs = "monitor_write", {"events": Batch(kwargs)}
             self.call(hook, kwargs)
+
+    def unspool(self, spooled: dict[str, Any]) -> tuple[str, Any]:
+        """The call a ``wire.SPOOL`` frame names, read from this writer's link (removed), its
+        bytes counted in the shared memory (the training process's bound); a link that
+        cannot be read is reported as a failure of ``monitor_write``, and skipped."""
+        try:
+            call = wire.read_spool(wire.spool_path(self.spool, spooled["name"], self.index))
+        except Exception as error:
+            self.reply("failed", "monitor_write", wire.exception_parts(error))
+            call = ("", {})  # no backend has a hook of that name
+        self.spool_read += spooled["bytes"]
+        if self.shared is not None:
+            SPOOL_READ.pack_into(self.shared, SPOOL_READ_AT, self.spool_read)
+        return call
 
     def call(self, hook: str, kwargs: dict[str, Any]) -> None:
         """Call the backend's ``hook``; a failure is replied, never raised."""
@@ -354,7 +379,15 @@ class Writer:
         if crash:
             self.call("monitor_crash", {"reason": crash})
         self.call("monitor_close", {})
+        self.leave_spool()
         self.reply("closed", self.handled)
+
+    def leave_spool(self) -> None:
+        """When the training process is gone (nobody else removes it): remove the spool folder
+        if it is empty (each writer tries as it ends; the last one's attempt succeeds)."""
+        if self.spool and (self.orphaned or os.getppid() != self.parent):
+            with contextlib.suppress(OSError):
+                os.rmdir(self.spool)
 
 
 def _pipe_size(fd: int) -> int:
