@@ -465,7 +465,8 @@ DISTRIBUTIONS = {
 
 @nox.session
 def release(session: nox.Session) -> None:
-    """Build, check and install the distributions (the core and one per backend) as a user would; nothing is uploaded.
+    """Build, check and install the distributions (the core and one per backend) as a user
+    would; nothing is uploaded.
 
     1. The sdist and wheel of each distribution, built from ``git archive HEAD`` (a clean
        tree, what a fresh clone holds: uncommitted changes are named and left out) into

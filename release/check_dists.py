@@ -45,6 +45,7 @@ else:
     import tomli as tomllib
 
 from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Distribution -> its folder (the pyproject.toml that holds its one version).
@@ -134,7 +135,8 @@ def check_metadata(file: str, metadata: Message) -> list[str]:
         requires += f",<{PYTHONS[PYTHONS.index(pythons[-1]) + 1]}"
     if metadata.get("License-Expression") != "MIT":
         say(f"{file}: License-Expression is {metadata.get('License-Expression')!r}, not 'MIT'")
-    if metadata.get("Requires-Python") != requires:
+    if SpecifierSet(metadata.get("Requires-Python") or "==0") != SpecifierSet(requires):
+        # compared as sets of clauses: a build backend may write them in another order
         say(f"{file}: Requires-Python is {metadata.get('Requires-Python')!r}, "
             f"not {requires!r}")
     classifiers = metadata.get_all("Classifier") or []

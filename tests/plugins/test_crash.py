@@ -33,10 +33,8 @@ TRAIN = """
 import ctypes, json, os, signal, subprocess, sys
 from core_monitor import Monitor
 
-log_dir, death = sys.argv[1], sys.argv[2]
-monitor = Monitor(["trackio", "tensorboard", "wandb", "mlflow", "csv", "comet", "aim",
-                   "dvclive", "swanlab"], project="crash",
-                  name="job", log_dir=log_dir)
+log_dir, death, backends = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+monitor = Monitor(backends, project="crash", name="job", log_dir=log_dir)
 listing = subprocess.run(["ps", "-A", "-o", "pid=,ppid=,args="], capture_output=True,
                          text=True, check=True).stdout
 writers = [int(line.split()[0]) for line in listing.splitlines()
@@ -83,8 +81,9 @@ def test_every_writer_writes_all_marks_the_crash_and_exits(tmp_path, death):
     output = tmp_path / "trainer.out"
     with output.open("w") as out:
         trainer = subprocess.Popen([sys.executable, "-c", textwrap.dedent(TRAIN), str(log_dir),
-                                    death], stdout=out, stderr=subprocess.STDOUT,
-                                   cwd=tmp_path, env=os.environ.copy())
+                                    death, json.dumps(BACKENDS)],
+                                   stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path,
+                                   env=os.environ.copy())
         code = trainer.wait(timeout=300)
     text = output.read_text()
     assert code == EXPECTED_EXIT[death], text[-4000:]

@@ -28,9 +28,8 @@ import json, os, signal, sys
 from core_monitor import Monitor
 
 log_dir, first, last, resume, kill = sys.argv[1], *map(int, sys.argv[2:4]), *sys.argv[4:6]
-monitor = Monitor(["trackio", "tensorboard", "wandb", "mlflow", "csv", "comet", "aim",
-                   "dvclive"], project="preempt",
-                  name="job", log_dir=log_dir, config={"lr": 0.1}, resume=resume)
+monitor = Monitor(json.loads(sys.argv[6]), project="preempt", name="job", log_dir=log_dir,
+                  config={"lr": 0.1}, resume=resume)
 print(json.dumps({"resumed": monitor.run.resumed, "last_step": monitor.run.last_step,
                   "last_steps": monitor.last_steps}), flush=True)
 for step in range(first, last):
@@ -43,7 +42,8 @@ monitor.close()
 
 
 def train(log_dir: Path, first: int, last: int, resume: str, kill: str) -> tuple[int, dict]:
-    done = run_python(TRAIN, log_dir, first, last, resume, kill, cwd=log_dir.parent,
+    done = run_python(TRAIN, log_dir, first, last, resume, kill, json.dumps(RESUMABLE),
+                      cwd=log_dir.parent,
                       timeout=300, check=False)
     if kill != "kill":
         assert done.returncode == 0, done.stderr[-4000:]
