@@ -203,6 +203,12 @@ def test_a_wrong_capability_is_refused_where_the_class_is_written():
         Capabilities(rows_readable_after="never")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"media_kinds=.*\['histogram', 'image', 'text'\]"):
         Capabilities(media_kinds=frozenset({"images"}))
+    with pytest.raises(TypeError, match=r"Capabilities\(repeated_steps='last'\) is not one "
+                                        "of 'all', 'first'"):
+        Capabilities(repeated_steps="last")  # type: ignore[arg-type]
+    for bad in (0, 2**63, 1.5):
+        with pytest.raises(TypeError, match=r"max_step=.* must be an int from 1 to 2\*\*63 - 1"):
+            Capabilities(max_step=bad)  # type: ignore[arg-type]
 
 
 def test_declaring_a_capability_twice_is_refused():

@@ -30,7 +30,7 @@ from typing import Any, Literal
 
 from .media import MEDIA_KINDS
 
-__all__ = ["CAPABILITY_VALUES", "Capabilities", "sdk_distribution"]
+__all__ = ["CAPABILITY_VALUES", "LARGEST_STEP", "Capabilities", "sdk_distribution"]
 
 #: Accepted values of each capability with a closed set of values, the first one the default.
 CAPABILITY_VALUES: dict[str, tuple[Any, ...]] = {
@@ -38,7 +38,11 @@ CAPABILITY_VALUES: dict[str, tuple[Any, ...]] = {
     "value_dtype": ("float64", "float32"),
     "stores_config": (False, True),
     "supports_resume": (False, True),
+    "repeated_steps": ("all", "first"),
 }
+#: The largest step the contract asks a backend to store: int64's largest, the widest step
+#: field of the first-party trackers (TensorBoard, wandb, MLflow).
+LARGEST_STEP = 2**63 - 1
 
 #: A PEP 508 requirement's distribution name (what ``tested_sdk`` starts with).
 _REQUIREMENT_NAME = re.compile(r"\s*([A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)")
@@ -68,6 +72,15 @@ class Capabilities:
             ``frozenset``.
         supports_resume: whether ``run.resume`` (``"allow"``/``"must"``) continues an earlier
             run (``core_monitor.resume`` says what the backend then does).
+        repeated_steps: ``"all"`` (the contract) when every value logged for a tag is
+            stored, a second one at the same step included; ``"first"`` when the tracker keeps
+            one value per tag and step, the first (SwanLab): the backend does not send the
+            later ones and warns once per tag (``RuntimeWarning``), the kit expects exactly that,
+            and ``monitors copy`` does not send them (it says so).
+        max_step: the largest step the tracker stores (default ``LARGEST_STEP``, ``2**63 - 1``);
+            a tracker with a narrower step field (SwanLab: ``2**48 - 1``) declares it: the
+            backend does not send points beyond it and warns once per tag, the kit expects
+            exactly that, and ``monitors copy`` does not send them (it says so).
         tested_sdk: the SDK versions the plugin is tested with, a PEP 508 requirement
             (``"mysdk>=1.2,<1.4"``); ``None`` for a backend without an SDK. Before the backend is
             constructed the core checks, from metadata alone, that the distribution it names is
@@ -78,7 +91,8 @@ class Capabilities:
     Raises:
         TypeError: (construction) a field has a value outside ``CAPABILITY_VALUES``, ``name``
             is not a non-empty ``str``, ``media_kinds`` names an
-            unknown kind, or ``tested_sdk`` names no distribution. The message names the field,
+            unknown kind, ``max_step`` is not an int from 1 to ``2**63 - 1``, or ``tested_sdk``
+            names no distribution. The message names the field,
             the value and the accepted values.
     """
 
@@ -89,6 +103,8 @@ class Capabilities:
     media_kinds: frozenset[str] = field(default_factory=frozenset)
     supports_resume: bool = False
     tested_sdk: str | None = None
+    repeated_steps: Literal["all", "first"] = "all"
+    max_step: int = LARGEST_STEP
 
     def __post_init__(self) -> None:
         kinds = _checked_fields(self, "Capabilities(", "=", ")")
@@ -182,6 +198,10 @@ def _checked_fields(caps: Capabilities, before: str, equals: str,
     if caps.name is not None and (not isinstance(caps.name, str) or not caps.name):
         raise TypeError(f"{before}name{equals}{caps.name!r}{after} must be a non-empty str "
                         "(the backend name) or unset")
+    top = caps.max_step
+    if type(top) is not int or not 0 < top <= LARGEST_STEP:
+        raise TypeError(f"{before}max_step{equals}{top!r}{after} must be an int from 1 to "
+                        f"2**63 - 1 (the largest step the tracker stores)")
     tested = caps.tested_sdk
     if tested is not None and (not isinstance(tested, str) or sdk_distribution(tested) is None):
         raise TypeError(f"{before}tested_sdk{equals}{tested!r}{after} must be a PEP 508 "

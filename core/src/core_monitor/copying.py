@@ -39,6 +39,8 @@ class CopyReport:
         points, config, media: ``(found in the source, arrived in the destination)``;
             ``arrived`` is ``None`` when the destination has no reader (not verified).
         skipped: media kind -> values not sent (the destination does not store the kind).
+        unstorable: the points not sent because the destination's tracker cannot store them
+            (its ``Capabilities.repeated_steps`` and ``max_step``), in words; ``""``: none.
         lines: the summary lines printed.
     """
 
@@ -46,6 +48,7 @@ class CopyReport:
     config: tuple[int, int | None] = (0, None)
     media: tuple[int, int | None] = (0, None)
     skipped: dict[str, int] = field(default_factory=dict)
+    unstorable: str = ""
     lines: list[str] = field(default_factory=list)
 
     @property
@@ -91,9 +94,27 @@ def _dtype(name: str) -> str:
     return Capabilities.of(cls).value_dtype
 
 
-def _media_kinds(name: str) -> frozenset[str]:
-    cls = discovery.load_backend(discovery.find_backend(name))
-    return Capabilities.of(cls).media_kinds
+def _capabilities(name: str) -> Capabilities:
+    return Capabilities.of(discovery.load_backend(discovery.find_backend(name)))
+
+
+def _storable(rows: list[tuple[str, int, float]], caps: Capabilities,
+              ) -> tuple[list[tuple[str, int, float]], str]:
+    """The points of ``rows`` the destination's tracker stores (its ``repeated_steps`` and
+    ``max_step``), and why the others are not sent (``""`` when all are)."""
+    kept, seen = [], set()
+    repeated = beyond = 0
+    for tag, step, value in rows:
+        if step > caps.max_step:
+            beyond += 1
+        elif caps.repeated_steps == "first" and (tag, step) in seen:
+            repeated += 1
+        else:
+            seen.add((tag, step))
+            kept.append((tag, step, value))
+    why = [f"{repeated} repeated (tag, step) (it keeps the first)"] if repeated else []
+    why += [f"{beyond} beyond step {caps.max_step}"] if beyond else []
+    return kept, "; ".join(why)
 
 
 def copy_run(
@@ -148,9 +169,11 @@ def copy_run(
     if not rows and not config and not media:
         raise CopyError(f"{source}: run {name!r} of project {project!r} holds nothing to copy "
                         f"(log_dir={os.fspath(log_dir) if log_dir else None!r})")
-    kinds = _media_kinds(dest)
+    caps = _capabilities(dest)
+    kinds = caps.media_kinds
     sent_media = [(t, s, v) for t, s, v in media if v.kind in kinds]
     report = CopyReport(skipped=dict(Counter(v.kind for _, _, v in media if v.kind not in kinds)))
+    rows, report.unstorable = _storable(rows, caps)
     report.points, report.config, report.media = ((len(rows), None), (len(config), None),
                                                   (len(sent_media), None))
     steps = sorted({s for _, s, _ in rows})
@@ -159,7 +182,7 @@ def copy_run(
         report.lines = [
             f"would copy {source} -> {dest}: {len(rows)} points ({len({t for t, _, _ in rows})} "
             f"tags{span}), {len(config)} config keys, {len(sent_media)} media values"
-            + _skipped_text(report.skipped, dest)]
+            + _skipped_text(report.skipped, dest) + _unstorable_text(report.unstorable, dest)]
         print(report.lines[0], file=out)
         return report
 
@@ -213,6 +236,10 @@ def _calls(points: list[tuple[str, int, Any]]) -> list[tuple[int, dict[str, Any]
             calls.append({})
         calls[k][tag] = value
     return [(step, call) for step in sorted(by_step) for call in by_step[step]]
+
+
+def _unstorable_text(why: str, dest: str) -> str:
+    return f"; not sent, as {dest} cannot store them: {why}" if why else ""
 
 
 class _NoBar:
@@ -271,7 +298,8 @@ def _verify(report: CopyReport, to: RunInfo, dest: str, dest_options: Mapping[st
             found.pop(match)
             arrived += 1
     report.points = (len(rows), arrived)
-    line = f"points: {arrived} of {len(rows)} arrived{span} (compared at {dtype})"
+    line = (f"points: {arrived} of {len(rows)} arrived{span} (compared at {dtype})"
+            + _unstorable_text(report.unstorable, dest))
     if wrong:
         line += f"; missing or different: {', '.join(wrong[:5])}" + (
             f" and {len(wrong) - 5} more" if len(wrong) > 5 else "")

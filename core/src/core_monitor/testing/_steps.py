@@ -3,11 +3,25 @@
 from __future__ import annotations
 
 import math
+import re
+
+import pytest
+
+from ..capabilities import LARGEST_STEP
+
+
+def _not_stored(tag: str):  # the warning a backend gives for what its tracker cannot store
+    return pytest.warns(RuntimeWarning, match=re.escape(repr(tag)))
 
 
 class StepChecks:
     """Checks of steps, values and tags; mixed into ``MonitorContract`` (which supplies
-    ``make_monitor``, ``stored``, ``dtype`` and ``assert_stored``)."""
+    ``make_monitor``, ``stored``, ``dtype``, ``capabilities`` and ``assert_stored``).
+
+    A backend that declares ``repeated_steps="first"`` or a ``max_step`` below ``2**63 - 1``
+    (``core_monitor.Capabilities``) is held to that declaration instead: only the first value
+    of a tag at a step, or no step beyond ``max_step``, stored, and a ``RuntimeWarning`` naming
+    the tag for what is not."""
 
     def test_explicit_steps_are_stored_exactly(self, make_monitor, stored, dtype):
         """The caller's steps, not the backend's own counter."""
@@ -26,9 +40,15 @@ class StepChecks:
         assert monitor.log({"loss": 3.0}) == 6
         self.assert_stored(stored(monitor), {"loss": [(5, 1.0), (3, 2.0), (6, 3.0)]}, dtype)
 
-    def test_repeated_step_is_stored_twice(self, make_monitor, stored, dtype):
+    def test_repeated_step_is_stored_twice(self, make_monitor, stored, dtype, capabilities):
         monitor = make_monitor()
         monitor.log({"loss": 1.0}, step=7)
+        if capabilities.repeated_steps == "first":
+            with _not_stored("loss"):
+                monitor.log({"loss": 2.0}, step=7)
+                monitor.close()
+            self.assert_stored(stored(monitor), {"loss": [(7, 1.0)]}, dtype)
+            return
         monitor.log({"loss": 2.0}, step=7)
         self.assert_stored(stored(monitor), {"loss": [(7, 1.0), (7, 2.0)]}, dtype)
 
@@ -38,10 +58,15 @@ class StepChecks:
             monitor.log({"loss": value})
         self.assert_stored(stored(monitor), {"loss": [(0, 1.0), (1, 2.0), (2, 3.0)]}, dtype)
 
-    def test_largest_step_is_stored(self, make_monitor, stored, dtype):
+    def test_largest_step_is_stored(self, make_monitor, stored, dtype, capabilities):
         monitor = make_monitor()
-        monitor.log({"loss": 1.5}, step=2**63 - 1)
-        self.assert_stored(stored(monitor), {"loss": [(2**63 - 1, 1.5)]}, dtype)
+        top = capabilities.max_step
+        monitor.log({"loss": 1.5}, step=top)
+        if top < LARGEST_STEP:
+            with _not_stored("loss"):
+                monitor.log({"loss": 2.5}, step=top + 1)
+                monitor.close()
+        self.assert_stored(stored(monitor), {"loss": [(top, 1.5)]}, dtype)
 
     def test_nan_and_infinities_round_trip(self, make_monitor, stored, dtype):
         monitor = make_monitor()
@@ -77,9 +102,17 @@ class StepChecks:
         want = {"Train/loss": [(100, 0.5), (90, 0.25)], "Train/lr": [(100, 0.1)]}
         self.assert_stored(stored(monitor), want, dtype)
 
-    def test_same_tag_twice_in_one_batch_keeps_both(self, make_monitor, stored, dtype):
+    def test_same_tag_twice_in_one_batch_keeps_both(self, make_monitor, stored, dtype,
+                                                    capabilities):
         monitor = make_monitor()
-        monitor.write_events([("loss", 1.0, 3), ("loss", 2.0, 3), ("loss", 3.0, 2)])
+        events = [("loss", 1.0, 3), ("loss", 2.0, 3), ("loss", 3.0, 2)]
+        if capabilities.repeated_steps == "first":
+            with _not_stored("loss"):
+                monitor.write_events(events)
+                monitor.close()
+            self.assert_stored(stored(monitor), {"loss": [(3, 1.0), (2, 3.0)]}, dtype)
+            return
+        monitor.write_events(events)
         self.assert_stored(stored(monitor), {"loss": [(3, 1.0), (3, 2.0), (2, 3.0)]}, dtype)
 
     def test_unicode_tags(self, make_monitor, stored, dtype):

@@ -81,6 +81,8 @@ class SwanlabMonitor:
         media_kinds=media.KINDS,  # swanlab.Image (PNG) and swanlab.Text
         supports_resume=False,  # SwanLab resumes only on its cloud
         tested_sdk=_compat.TESTED,
+        repeated_steps="first",  # one value per tag and step: a later one is reported, not sent
+        max_step=STEP_LIMIT - 1,  # SwanLab refuses a larger step: reported, not sent
     )
 
     @classmethod
