@@ -3,6 +3,7 @@ through ``aim.Run`` directly read back alike through ``aim.Repo``, segments, res
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import shutil
@@ -146,6 +147,28 @@ def test_crash_marks_the_run(tmp_path: Path, repo: str) -> None:
     assert aim_monitor.read_crash(run).startswith("the training process (pid 1)")
     with aim_monitor.find_run(run) as found:
         assert aim_monitor.CRASH_TAG in found.props.tags
+
+
+def _inotify_instances() -> int:
+    found = 0
+    for fd in Path("/proc/self/fd").iterdir():
+        with contextlib.suppress(OSError):  # closed meanwhile (the listing's own fd)
+            found += "inotify" in str(fd.readlink())
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="reads /proc")
+def test_reading_runs_back_holds_no_inotify_instance(tmp_path: Path, repo: str) -> None:
+    """Aim's index manager watches the repository (one inotify instance per manager, 128 per
+    user by default): a process that reads many runs back ran out of them."""
+    run = RunInfo(project="p", name="r", log_dir=tmp_path)
+    backend = AimMonitor(run)
+    backend.monitor_close()
+    read_rows(run)
+    before = _inotify_instances()
+    for _ in range(5):
+        read_rows(run)
+    assert _inotify_instances() == before
 
 
 def test_the_aim_internals_used_are_there() -> None:

@@ -65,9 +65,16 @@ def index_runs(path: str) -> None:
     from aim.sdk.index_manager import RepoIndexManager
 
     repo = Repo(path)
+    manager: Any = None
     try:
-        manager: Any = RepoIndexManager(repo)  # a new one: the pooled one caches old reads
+        manager = RepoIndexManager(repo)  # a new one: the pooled one caches old reads
         for run_hash in repo.list_all_runs():
             manager.index(run_hash)
     finally:
+        # Its watchdog observers hold an inotify instance each from construction, never
+        # started: stopped here, or every read leaks one (128 per user by default).
+        for observer in (getattr(manager, "new_chunk_observer", None),
+                         getattr(manager, "chunk_change_observer", None)):
+            if observer is not None:
+                observer.stop()
         repo.close()
