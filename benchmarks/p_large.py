@@ -2,7 +2,7 @@
 
 A call whose frame is larger than ``PIPE_BUF`` (4 KiB) is written whole into a spool file and
 announced by a small frame in the one pass that reaches every pipe or none
-(``ProcessDispatch.send``). Before, the frame itself was written into each pipe in turn from
+(``FanOut.send``). Before, the frame itself was written into each pipe in turn from
 Python (``os.writev`` per pipe, waiting for room), which an interrupt could cut between two
 pipes. Both arms run on the same monitor, two writer processes whose backend stores nothing
 (``NullMedia``, imported by the writers from this folder), alternated: the "pipe by pipe" arm
@@ -66,7 +66,7 @@ def _measure(shape: tuple[int, ...], calls: int, reps: int, log_dir: Path) -> di
     monitor = Monitor([NullMedia, NullMedia2], project="bench-large", name="large",
                       log_dir=log_dir, dispatch="process", wait=True)
     dispatch = monitor._dispatch
-    assert isinstance(dispatch, processes.ProcessDispatch) and len(dispatch.writers) == 2, (
+    assert [c.kind for c in dispatch.channels] == ["process", "process"], (
         "the null backends must run in writer processes")
     pixels = np.random.default_rng(0).integers(0, 256, shape, dtype=np.uint8)
     pixels.flags.writeable = False
@@ -82,7 +82,7 @@ def _measure(shape: tuple[int, ...], calls: int, reps: int, log_dir: Path) -> di
             dispatch.sent += 1
             parts = wire.encode_parts(("monitor_write_media", kwargs))
             for writer in list(dispatch._live):
-                processes._write_all(writer.fd, parts, writer=writer)
+                processes.write_all(writer.fd, parts, writer=writer)
 
     def arm(body: Any, both: dict[str, list[float]]) -> float:
         caller = timed(body)

@@ -191,7 +191,7 @@ def test_a_class_defined_in_a_test_runs_in_a_thread_with_one_info_line(make, cap
         "is defined in test_processes (not importable)"]
     monitor.log({"x": 1.0}, step=7)
     monitor.flush()
-    assert monitor._dispatch.threads.get("local").instance.steps == [7]
+    assert monitor._dispatch.get("local").instance.steps == [7]
     assert jsonl_steps(monitor) == [7]
     assert monitor.backends == ["jsonl", "local"]
     monitor.close()

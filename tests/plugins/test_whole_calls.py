@@ -146,7 +146,7 @@ def test_an_interrupt_leaves_writers_and_a_worker_thread_the_same_whole_calls(tm
     """A backend placed in a worker thread gets each call in the same pass as the pipes."""
     monitor = Monitor(["jsonl", LocalJsonl], project="p", name="mixed", log_dir=tmp_path,
                       dispatch="process", strict=True)
-    assert monitor._dispatch.threads is not None and monitor._dispatch.writers
+    assert [c.kind for c in monitor._dispatch.channels] == ["process", "thread"]
     widths, returned = interrupt_stream(monitor, 120)
     stored = {"jsonl": by_step(read_jsonl(monitor.run)),
               "local": by_step(read_jsonl(local_run(monitor.run)))}

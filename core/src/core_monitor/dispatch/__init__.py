@@ -1,17 +1,23 @@
-"""How a ``Monitor``'s calls reach its backends: the dispatch modes, one class each.
+"""How a ``Monitor``'s calls reach its backends: one fan-out, one channel per backend.
 
-=============  =====================================================  ========================
-``dispatch=``  where each backend's hooks run                         class
-=============  =====================================================  ========================
-``"process"``  a writer process per backend (the default)             ``ProcessDispatch``
-``"thread"``   a worker thread per backend (``"background"``: alias)  ``ThreadDispatch``
-``"sync"``     the caller's thread, before ``log()`` returns          ``SyncDispatch``
-=============  =====================================================  ========================
+``fanout.FanOut`` validates nothing (the ``Monitor`` did) and encodes each call at most once;
+it hands the call to one channel per backend, in one pass that reaches every channel or none,
+under one failure policy (``policy``) and one set of counts. A channel is chosen per backend
+(``channel``):
 
-Each is a ``strategy.Dispatch``: the ``Monitor`` calls ``start``, ``send``, ``flush``,
-``stop``, ``close`` and the fork steps, and never asks which mode it has. Every mode applies the
-same failure policy (``policy``), starts backends the same way (``backends``) and routes media
-the same way (``core_monitor.media.MediaRoutes``).
+=============  ========================================  ==================================
+channel kind   where the backend's hooks run             class
+=============  ========================================  ==================================
+``process``    a writer process of its own               ``processes.WriterChannel``
+``thread``     a worker thread of its own                ``threads.ThreadChannel``
+``inline``     the caller's thread, before ``log()``     ``sync.InlineChannel``
+=============  ========================================  ==================================
+
+``Monitor(dispatch=...)`` picks the default kind (``MODES``: ``"process"``, the default;
+``"thread"``, alias ``"background"``; ``"sync"``, in-line); a backend class that a fresh
+interpreter may not import by module path gets a thread channel while its neighbours keep
+their writer processes. Backends start the same way in every channel (``backends``) and media
+are routed the same way (``core_monitor.media.MediaRoutes``).
 """
 
 from __future__ import annotations
@@ -20,14 +26,17 @@ import os
 from typing import Any
 
 from ..errors import ConfigError
+from .channel import BackendSpec, Channel
+from .fanout import FanOut, ProcessDispatch, SyncDispatch, ThreadDispatch
 from .policy import Policy
-from .processes import ProcessDispatch
-from .strategy import BackendSpec, Dispatch
-from .sync import SyncDispatch
-from .threads import DEFAULT_QUEUE_SIZE, ThreadDispatch
+from .threads import DEFAULT_QUEUE_SIZE
 
-#: ``Monitor(dispatch=...)`` -> the class of that mode.
-MODES: dict[str, type[Dispatch]] = {
+#: The fan-out every mode is (the name the ``Monitor``'s side of dispatch had before channels).
+Dispatch = FanOut
+
+#: ``Monitor(dispatch=...)`` -> the fan-out with that mode's default placement
+#: (``fanout.MODE_KINDS``).
+MODES: dict[str, type[FanOut]] = {
     "process": ProcessDispatch,
     "thread": ThreadDispatch,
     "background": ThreadDispatch,  # the name of "thread" before writer processes existed
@@ -43,8 +52,9 @@ DISPATCH_ENV = "EXPERIMENT_MONITORS_DISPATCH"
 DEFAULT_DISPATCH = "process"
 
 __all__ = ["DEFAULT_DISPATCH", "DEFAULT_QUEUE_SIZE", "DISPATCH_ENV", "MODES", "ON_FULL",
-           "BackendSpec", "Dispatch", "Policy", "ProcessDispatch", "SyncDispatch",
-           "ThreadDispatch", "check_dispatch", "default_dispatch", "new_dispatch"]
+           "BackendSpec", "Channel", "Dispatch", "FanOut", "Policy", "ProcessDispatch",
+           "SyncDispatch", "ThreadDispatch", "check_dispatch", "default_dispatch",
+           "new_dispatch"]
 
 
 def default_dispatch(dispatch: str | None) -> str:
@@ -87,6 +97,6 @@ def check_dispatch(dispatch: Any, queue_size: Any, on_full: Any) -> None:
                           "or 'drop' (drop and count the newest call for that backend)")
 
 
-def new_dispatch(mode: str, *, strict: bool, queue_size: int, on_full: str) -> Dispatch:
-    """The dispatch of ``mode`` (checked by ``check_dispatch``), with no backend started."""
+def new_dispatch(mode: str, *, strict: bool, queue_size: int, on_full: str) -> FanOut:
+    """The fan-out of ``mode`` (checked by ``check_dispatch``), with no backend started."""
     return MODES[mode](Policy(strict=strict), queue_size, on_full)

@@ -86,24 +86,16 @@ import sys
 import tempfile
 import threading
 import time
-import warnings
-from collections import deque
 from collections.abc import Sequence
-from itertools import chain, repeat
-from queue import SimpleQueue
-from typing import Any
+from typing import Any, ClassVar
 
-from .. import hookspecs, shutdown
+from .. import hookspecs
 from ..compat import packages_distributions
-from ..errors import FlushTimeout, WriterDied
-from ..events import Batch
+from ..errors import WriterDied
 from ..run import RunInfo
 from . import wire
-from .backends import hook_names
+from .channel import FULL, GONE, ROOM, BackendSpec, Channel
 from .policy import Policy
-from .strategy import BackendSpec, Dispatch
-from .threads import ThreadDispatch, fan_out
-from .warn import report_drop, report_lost
 from .wire import BUSY_SINCE, HANDLED, SHARED_BYTES, SPOOL_READ, SPOOL_READ_AT
 from .writer import DRAIN_SECONDS, START_SECONDS
 
@@ -117,14 +109,20 @@ BYTES_PER_CALL = 1024
 DROP_GRACE_SECONDS = 0.05
 #: Seconds of the first nap while waiting for a writer to read its spool files.
 SPOOL_NAP_SECONDS = 0.0001
-_PIPE_BUF = getattr(select, "PIPE_BUF", 512)
+#: The largest frame a pipe takes whole in one write (4 KiB on Linux); larger calls are spooled.
+PIPE_BUF = getattr(select, "PIPE_BUF", 512)
 _F_SETPIPE_SZ = 1031  # fcntl.F_SETPIPE_SZ (Linux; in the fcntl module from Python 3.10)
-_write = os.write
-_put = SimpleQueue.put
 
 
-class WriterProcess:
+class WriterChannel(Channel):
     """The training process's side of one writer: its pipes, its process, what it replied.
+
+    Args:
+        spec: the backend to start there.
+        run: the run it starts.
+        capacity: ``queue_size``: the data pipe holds ``capacity`` KiB (``BYTES_PER_CALL``).
+        index: its place among the monitor's writers (the suffix of its spool links).
+        spool: the spool folder (``WriterHost.spool``).
 
     Attributes:
         name: the backend's name.
@@ -137,15 +135,19 @@ class WriterProcess:
         dead: the writer ended without being asked to (or was killed).
     """
 
+    kind: ClassVar[str] = "process"
+
     def __init__(self, spec: BackendSpec, run: RunInfo, capacity: int, index: int,
                  spool: str) -> None:
-        self.name = spec.name
+        super().__init__(spec.name)
+        self.full = f"its pipe is full (queue_size={capacity})"
+        self.sending = True  # among the fan-out's live writers (the pipe is written to)
+        self.marker = 0  # the last flush marker sent
         self.index = index  # its place in start order: the suffix of its spool links
         self.spooled = 0  # bytes of spool files sent to it (wire.SPOOL_READ: bytes it read)
         self.ready: bool | BaseException | None = None
         self.facts: dict[str, Any] = {}
         self.handled = self.flushed = 0
-        self.skipped = 0  # calls of the monitor's count this writer never got (dropped, lost)
         self.dead = self.stopping = False
         self.ending: str | None = None  # why the writer said it ends by itself, if it did
         self.changed = threading.Condition()
@@ -183,7 +185,7 @@ class WriterProcess:
             for fd in (data_read, control_read, reply_write, output_write, shared_fd):
                 if fd >= 0:
                     os.close(fd)
-        _write_all(self.fd, [start])
+        write_all(self.fd, [start])
         os.set_blocking(self.fd, False)
         os.set_blocking(self.control_fd, False)
 
@@ -245,6 +247,77 @@ class WriterProcess:
                 time.sleep(min(wait, nap))
                 nap = min(nap * 2, 0.002)
 
+    def make_room(self, size: int, on_full: str) -> str:
+        """Room for a frame naming a spool file of ``size`` bytes (``room``), else as
+        ``on_full`` says: ``"block"`` waits while the writer lives; ``"drop"`` waits while it
+        is still starting (what is logged behind ``Monitor(wait=False)`` is never dropped),
+        then gives a writer not stuck inside a hook ``DROP_GRACE_SECONDS``; ``FULL`` after
+        that, ``GONE`` when the process ended."""
+        if self.room(size):
+            return ROOM
+        if on_full == "block":
+            if self.wait_room(size, None):
+                return ROOM
+        else:
+            if self.ready is None and self.wait_room(size, None, starting=True):
+                return ROOM
+            if self.idle() and self.wait_room(size, time.monotonic() + DROP_GRACE_SECONDS):
+                return ROOM
+            if self.process.poll() is None:
+                return FULL
+        return GONE
+
+    def counts_gone(self) -> bool:
+        return not self.dead and self.ready is True
+
+    def request_flush(self) -> int | None:
+        """A flush request on the control pipe (never behind data in a full data pipe: the
+        writer places it after every byte its data pipe held when it read the request); the
+        marker to wait for, ``0`` for a writer no longer sent to, ``None`` when the request
+        could not be written."""
+        if not self.sending:
+            return 0
+        self.marker += 1
+        return self.marker if self.control(("flush", {"marker": self.marker})) else None
+
+    def wait_flushed(self, ticket: int | None, deadline: float | None) -> bool:
+        if ticket is None:
+            return False
+        with self.changed:
+            while self.flushed < ticket and not self.dead:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self.changed.wait(0.5 if left is None else min(left, 0.5))
+        return True
+
+    def pending(self, sent: int) -> int:
+        """Calls sent to this writer (``sent`` in all, less ``skipped``) it has not reported
+        done."""
+        return max(0, sent - self.skipped - self.calls_handled())
+
+    def request_stop(self, reason: str | None) -> None:
+        """The stop request, on the control pipe, never waiting (``stopping`` is set by the
+        fan-out for every writer first)."""
+        self.control(("stop", {"reason": reason}))
+
+    def forget(self) -> None:
+        """Close the inherited pipes: the child neither writes to the writer nor keeps it
+        alive; it never waits for or kills it."""
+        for fd in (self.fd, self.control_fd, self.reply_fd, self.output_fd):
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self.fd = self.control_fd = -1
+        self.sending = False
+
+    def stop_now(self) -> None:
+        """Kill the writer and reap it."""
+        self.stopping = True
+        self.close_pipe()
+        self.kill()
+        self.process.wait()
+
     def control(self, message: tuple[str, dict[str, Any]]) -> bool:
         """Write a control frame (flush, stop) into the control pipe, never waiting: it holds
         only control frames, so it is full only when the writer has not read hundreds of
@@ -293,111 +366,53 @@ class WriterProcess:
         return f"exit status {code}"
 
 
-class ProcessDispatch(Dispatch):
-    """Every backend in a writer process of its own (module docstring).
+class WriterHost:
+    """What the writer channels of one fan-out share: the spool folder their large calls cross
+    through, and the thread reading every writer's replies and output.
+
+    Args:
+        policy: the fan-out's failure policy (failures and warnings replied by a writer).
 
     Attributes:
-        writers: one per backend started in a process, in start order.
-        threads: the backends that run in a worker thread instead, or ``None``.
+        writers: the writer channels launched, in start order.
+        spool: the spool folder (calls larger than ``PIPE_BUF``) while writers run, else
+            ``None``.
+        waited: whether the fan-out waited for the writers' start (their start failures are
+            then reported by the fan-out itself, not by the reply thread).
     """
 
-    mode = "process"
-
-    def __init__(self, policy: Policy, capacity: int, on_full: str) -> None:
-        super().__init__(policy, capacity, on_full)
-        self.writers: list[WriterProcess] = []
-        self.threads: ThreadDispatch | None = None
-        self._fds: list[int] = []  # the live writers' pipes, in start order (the hot path)
-        self._live: list[WriterProcess] = []
-        self._writable = _writable([])  # which of ``_fds`` have room for a frame (a list)
-        #: The folder of the spool files (calls larger than ``PIPE_BUF``), while writers run.
+    def __init__(self, policy: Policy) -> None:
+        self.policy = policy
+        self.writers: list[WriterChannel] = []
         self.spool: str | None = None
+        self.waited = True
         self._spools = 0  # spool files written (their names)
         self._selector: selectors.BaseSelector | None = None
         self._reader: threading.Thread | None = None
-        self._marker = 0
-        self.sent = 0  # hook calls sent (each writer got those not in its ``skipped``)
-        #: Whether ``start`` waits for every writer's answer (``Monitor(wait=True)``, and
-        #: whenever the monitor needs it: ``resume`` other than ``"never"``).
-        self.wait = False
-        self._waited = True  # the start failures are reported by ``start`` itself
 
-    # Start -------------------------------------------------------------------------------
+    def launch(self, specs: Sequence[BackendSpec], run: RunInfo, capacity: int) -> None:
+        """Start every writer of ``specs`` at once, and the thread reading their replies.
 
-    def start(self, specs: Sequence[BackendSpec], run: RunInfo) -> None:
-        in_process, in_thread = [], []
-        for spec in specs:
-            why = _why_not_in_a_process(spec, run)
-            if why is None:
-                in_process.append(spec)
-            else:
-                logger.info("backend %r runs in a worker thread, not a writer process: %s",
-                            spec.name, why)
-                in_thread.append(spec)
-        try:
-            self._launch(in_process, run)
-        except OSError as error:
-            warnings.warn(f"writer processes cannot be started here ({error}); every backend "
-                          "runs in a worker thread instead (dispatch='thread')",
-                          RuntimeWarning, stacklevel=4)
-            self._abandon_all()
-            in_process, in_thread = [], list(specs)
-        started = {}
-        self._live = list(self.writers)
-        self._fds = [writer.fd for writer in self._live]
-        self._writable = _writable(self._fds)
-        deadline = time.monotonic() + STARTUP_SECONDS
-        self._waited = self.wait
-        try:
-            for writer, spec in zip(self.writers, in_process, strict=False):
-                if not self.wait:  # its answer is handled by the reply thread (_on_reply)
-                    started[writer.name] = (writer, spec)
-                    writer.facts.setdefault("state", (False, None))
-                    continue
-                outcome = writer.wait_ready(deadline)
-                self.policy.deliver(raising=False)  # warnings of its start, in order
-                if outcome is True:
-                    started[writer.name] = (writer, spec)
-                    continue
-                self._forget(writer)
-                self._stop_writer(writer)
-                self._start_failed(writer.name, outcome)  # type: ignore[arg-type]
-            if in_thread:
-                self.threads = threads = ThreadDispatch(self.policy, self.capacity, self.on_full)
-                # One set of counts and media routes for both sides: what the Monitor shows.
-                threads.dropped, threads.undelivered = self.dropped, self.undelivered
-                threads.media, threads.missing = self.media, self.missing
-                threads.start(in_thread, run)
-        except BaseException:
-            self.stop()
-            self.close(None)
-            raise
-        self.writers = [writer for writer, _ in started.values()]
-        for spec in specs:  # start order is selection order, whichever side runs it
-            if spec.name in started:
-                writer, _ = started[spec.name]
-                self.hooks[spec.name] = hook_names(spec.cls)
-                self.facts[spec.name] = writer.facts
-                self.media.add(spec.name, getattr(spec.cls, "media_kinds", ()),
-                               dict.fromkeys(self.hooks[spec.name], _nothing))
-            elif self.threads is not None and spec.name in self.threads.hooks:
-                self.hooks[spec.name] = self.threads.hooks[spec.name]
-                self.facts[spec.name] = self.threads.facts[spec.name]
-
-    def _launch(self, specs: Sequence[BackendSpec], run: RunInfo) -> None:
-        """Start every writer at once, and the thread reading their replies."""
+        Raises:
+            OSError: a pipe or a process could not be made (the caller stops what started).
+        """
         if not specs:
             return
         self._selector = selectors.DefaultSelector()
         self.spool = tempfile.mkdtemp(prefix="core_monitor-spool-", dir=_spool_root())
         for index, spec in enumerate(specs):
-            writer = WriterProcess(spec, run, self.capacity, index, self.spool)
+            writer = WriterChannel(spec, run, capacity, index, self.spool)
             self.writers.append(writer)
             self._selector.register(writer.reply_fd, selectors.EVENT_READ, (writer, "reply"))
             self._selector.register(writer.output_fd, selectors.EVENT_READ, (writer, "output"))
         self._reader = threading.Thread(target=self._read_replies, daemon=True,
                                         name="core_monitor:replies")
         self._reader.start()
+
+    def spool_name(self) -> str:
+        """The name of the next spool file."""
+        self._spools += 1
+        return str(self._spools)
 
     # The reply thread --------------------------------------------------------------------
 
@@ -427,7 +442,7 @@ class ProcessDispatch(Dispatch):
                 for message in frames[key.fd]:
                     self._on_reply(writer, message)
 
-    def _on_reply(self, writer: WriterProcess, message: tuple[Any, ...]) -> None:
+    def _on_reply(self, writer: WriterChannel, message: tuple[Any, ...]) -> None:
         kind = message[0]
         strict = self.policy.strict
         if kind == "failed":
@@ -454,18 +469,18 @@ class ProcessDispatch(Dispatch):
             with writer.changed:
                 writer.ready = error
                 writer.changed.notify_all()
-            if not self._waited:  # reported at the caller's next call, its original type
+            if not self.waited:  # reported at the caller's next call, its original type
                 self.policy.failed_elsewhere(writer.name, "start", error,
                                              "in its writer process")
 
-    def _ended(self, writer: WriterProcess) -> None:
+    def _ended(self, writer: WriterChannel) -> None:
         """The writer's reply pipe closed: it exited. Unless asked to, that is a failure."""
         with contextlib.suppress(subprocess.TimeoutExpired):
             writer.process.wait(timeout=5)
         with writer.changed:
             writer.dead = not writer.stopping and writer.ready is True
             writer.changed.notify_all()
-        if not self._waited and not writer.stopping and writer.ready is None:
+        if not self.waited and not writer.stopping and writer.ready is None:
             error = WriterDied("WriterDied", f"backend {writer.name!r}: its writer process "
                                f"ended while starting ({writer.exit_description()})")
             self.policy.failed_elsewhere(writer.name, "start", error, "in its writer process")
@@ -477,230 +492,20 @@ class ProcessDispatch(Dispatch):
             self.policy.failed_elsewhere(writer.name, "its writer process", error,
                                          "in its writer process")
 
-    # Calls -------------------------------------------------------------------------------
+    # The end -----------------------------------------------------------------------------
 
-    def send(self, hook: str, kwargs: dict[str, Any]) -> None:
-        self.sent += 1
-        if not self._fds:  # no writer (a rank that does not write, or all in threads)
-            if self.threads is not None:
-                self.threads.send(hook, kwargs)
-            return
-        # Backends placed in worker threads get the call in the same pass as the pipes: the
-        # room in their queues is settled first, as the pipes' is.
-        puts = () if self.threads is None else self.threads.queues_with_room()
-        # A batch travels as its rows, plain tuples (pickled in a third of the time of the
-        # Batch object); the writer builds the Batch again (``wire.WRITE_ROWS``).
-        if hook == "monitor_write" and type(kwargs["events"]) is Batch:
-            frame = wire.encode((wire.WRITE_ROWS, kwargs["events"].rows))
-            size = len(frame)
-            parts = [frame]
-        else:
-            parts = wire.encode_parts((hook, kwargs))
-            size = sum(memoryview(part).nbytes for part in parts)
-            frame = b"".join(parts) if size <= _PIPE_BUF else b""
-        if size <= _PIPE_BUF:
-            live = self._live
-            self._pass(frame, live if len(self._writable(0)) == len(live) else self._targets(0),
-                        puts, (hook, kwargs))
-        else:
-            self._spool(parts, size, puts, (hook, kwargs))
-
-    def _targets(self, spool: int) -> list[WriterProcess]:
-        """The live writers that take a frame (naming a spool file of ``spool`` bytes) now:
-        all of them while every pipe has room (one ``poll``); otherwise, for a full one,
-        after waiting for room (``"block"``, or a writer still starting) or the drop grace
-        (``"drop"``, a writer not stuck in a hook), or without it (dropped, counted). Nothing
-        is written here, so an interrupt while waiting leaves no trace of the call; room only
-        grows until the pass (only this thread, holding the monitor's lock, writes)."""
-        live = self._live
-        if len(self._writable(0)) == len(live) and (
-                not spool or all(writer.spool_room(spool) for writer in live)):
-            return live
-        targets = []
-        for writer in list(live):
-            if writer.room(spool) or self._wait_room(writer, spool):
-                targets.append(writer)
-        return targets
-
-    def _wait_room(self, writer: WriterProcess, spool: int) -> bool:
-        """Wait for room in ``writer`` as ``on_full`` says; when there is none, the call is
-        counted dropped (or undelivered, for a writer that is gone) and ``False`` returned."""
-        if self.on_full == "block":
-            if writer.wait_room(spool, None):
-                return True
-        else:
-            # What is logged while a writer starts (behind Monitor(wait=False)) waits in its
-            # pipe, never dropped; once ready, a full pipe drops after the grace, at once for a
-            # writer stuck inside a hook.
-            if writer.ready is None and writer.wait_room(spool, None, starting=True):
-                return True
-            if writer.idle() and writer.wait_room(spool,
-                                                   time.monotonic() + DROP_GRACE_SECONDS):
-                return True
-            if writer.process.poll() is None:
-                self._drop(writer)
-                return False
-        self._gone(writer)
-        return False
-
-    def _drop(self, writer: WriterProcess) -> None:
-        """Drop the call for ``writer`` (``on_full="drop"``): counted, warned about once."""
-        self.dropped[writer.name] = self.dropped.get(writer.name, 0) + 1
-        writer.skipped += 1
-        if self.dropped[writer.name] == 1:
-            report_drop(writer.name, f"its pipe is full (queue_size={self.capacity})")
-
-    def _pass(self, frame: bytes, targets: list[WriterProcess],
-              puts: Sequence[Any] = (), item: Any = None) -> list[WriterProcess]:
-        """Write ``frame`` (at most ``PIPE_BUF`` bytes) into the pipes of ``targets``, each of
-        which has room for it, after putting ``item`` into the worker threads' queues
-        ``puts`` (a put never fails); the writers that got it.
-
-        The pass is atomic: ``deque.extend`` drives ``map(os.write, ...)`` in C, so no Python
-        bytecode runs between two writes, hence no signal handler (Python runs handlers
-        between bytecodes) and no other thread. ``os.write`` itself runs handlers only when
-        the system call fails with EINTR (PEP 475), and a non-blocking write of at most
-        ``PIPE_BUF`` bytes into a pipe with a free page never sleeps, so it never returns
-        EINTR. Blocking signals with ``signal.pthread_sigmask`` would add nothing: it masks
-        this thread only, another thread's C-level handler would still flag the signal, and
-        the flag is acted on at the next bytecode, which comes after the pass either way.
-        """
-        fds = self._fds if targets is self._live else [writer.fd for writer in targets]
-        done: deque[Any] = deque()
-        try:
-            if puts:
-                done.extend(chain(map(_put, puts, repeat(item)), map(_write, fds, repeat(frame))))
-            else:
-                done.extend(map(_write, fds, repeat(frame)))
-        except OSError as error:  # a writer that ended since the room was checked
-            return self._resume_pass(frame, targets, len(done) - len(puts), error)
-        return targets
-
-    def _resume_pass(self, frame: bytes, targets: list[WriterProcess], at: int,
-                     error: OSError) -> list[WriterProcess]:
-        """The pass stopped at ``targets[at]``: its writer is gone (or, where a pipe with
-        room may still refuse a frame, full). The frame goes to the others one at a time."""
-        got = targets[:at]
-        for offset, writer in enumerate(targets[at:]):
-            if offset:
-                try:
-                    _write(writer.fd, frame)
-                    got.append(writer)
-                    continue
-                except OSError as later:
-                    error = later
-            if isinstance(error, BlockingIOError) and writer.process.poll() is None:
-                if self.on_full == "drop":
-                    self._drop(writer)
-                    continue
-                with contextlib.suppress(OSError):
-                    _write_all(writer.fd, [frame], writer=writer)
-                    got.append(writer)
-                    continue
-            self._gone(writer)
-        return got
-
-    def _spool(self, parts: list[Any], size: int, puts: Sequence[Any], item: Any) -> None:
-        """A frame larger than ``PIPE_BUF`` (media, a wide row): written whole into a file of
-        the spool folder, hard-linked once per writer that takes it, all before anything is
-        announced (an interrupt or a full disk meanwhile removes them: no trace of the call),
-        then announced by a ``wire.SPOOL`` frame in one pass, as a small call is. The file
-        lives on the disk, so it outlives a SIGKILL of this process; each writer removes its
-        link once read."""
-        targets = list(self._targets(size))  # a copy: a writer found gone leaves ``_live``
-        if not targets:
-            fan_out(puts, item)
-            return
-        assert self.spool is not None
-        self._spools += 1
-        name = str(self._spools)
-        paths = [wire.spool_path(self.spool, name, writer.index) for writer in targets]
-        try:
-            _write_file(paths[0], parts)
-            for path in paths[1:]:
-                os.link(paths[0], path)
-        except BaseException:
-            for path in paths:
-                with contextlib.suppress(OSError):
-                    os.unlink(path)
-            raise
-        got = self._pass(wire.encode((wire.SPOOL, {"name": name, "bytes": size})), targets,
-                         puts, item)
-        for writer, path in zip(targets, paths, strict=True):
-            if writer in got:
-                writer.spooled += size
-            else:  # dropped or gone after the room check (rare): its link is nobody's
-                with contextlib.suppress(OSError):
-                    os.unlink(path)
-
-    def _gone(self, writer: WriterProcess) -> None:
-        """``writer``'s process ended: count the call (unless it was reported otherwise) and
-        stop sending to it."""
-        if not writer.dead and writer.ready is True:  # a dead writer's calls are counted
-            # once, at close; one that failed to start was reported as that failure
-            self.undelivered[writer.name] = self.undelivered.get(writer.name, 0) + 1
-            writer.skipped += 1
-        self._forget(writer)
-
-    def _forget(self, writer: WriterProcess) -> None:
-        """Stop sending to ``writer`` (its process is gone)."""
-        if writer in self._live:
-            self._live.remove(writer)
-            self._fds = [w.fd for w in self._live]
-            self._writable = _writable(self._fds)
-
-    def flush(self, lock: Any, timeout: float | None) -> None:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        with lock:
-            self._marker += 1
-            marker = self._marker
-            # On the control pipes: never behind data in a full data pipe. The writer places
-            # it after every byte its data pipe held when it read the request.
-            unsent = [writer for writer in self._live
-                      if not writer.control(("flush", {"marker": marker}))]
-        late: dict[str, int] = {writer.name: max(1, self._lost(writer)) for writer in unsent}
-        for writer in list(self._live):
-            if writer in unsent:
-                continue
-            with writer.changed:
-                while writer.flushed < marker and not writer.dead:
-                    left = None if deadline is None else deadline - time.monotonic()
-                    if left is not None and left <= 0:
-                        late[writer.name] = max(1, self._lost(writer))
-                        break
-                    writer.changed.wait(0.5 if left is None else min(left, 0.5))
-        if self.threads is not None:
-            try:
-                self.threads.flush(_NoLock(), None if deadline is None else max(
-                    0.0, deadline - time.monotonic()))
-            except FlushTimeout as error:
-                late.update(error.pending)
-        self.policy.deliver()
-        if late:
-            raise FlushTimeout(late, timeout)
-
-    def stop(self) -> None:
-        """Every writer is marked stopping before any is sent the stop request (a writer that
-        exits on it is then never taken for a dead one), each on its control pipe, never
-        waiting. The request names SIGTERM when the process is closing on it
-        (``shutdown.terminating``): the writer reports it as the run's end
-        (``monitor_crash``)."""
-        for writer in self.writers:
-            writer.stopping = True
-        reason = shutdown.terminating
-        for writer in self.writers:
-            writer.control(("stop", {"reason": reason}))
-        if self.threads is not None:
-            self.threads.stop()
-
-    def close(self, timeout: float | None) -> None:
-        deadline = None if timeout is None else time.monotonic() + timeout
+    def close(self, deadline: float | None, timeout: float | None, sent: int) -> dict[str, int]:
+        """End every writer: close its pipes (its end of input), wait for it to exit, all
+        at once, until ``deadline``; kill one still running then, unless it is still starting
+        (module docstring: it goes on by itself); remove the spool folder. Every writer is
+        reaped. Backend name -> calls of the ``sent`` that never reached its backend (a writer
+        killed, or dead)."""
+        lost: dict[str, int] = {}
         starting: list[str] = []  # writers left to finish their start and write by themselves
         for writer in self.writers:
             writer.stopping = True
             writer.close_pipe()
-        self._live, self._fds = [], []
-        self._writable = _writable([])
+            writer.sending = False
         for writer in self.writers:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             try:
@@ -709,9 +514,8 @@ class ProcessDispatch(Dispatch):
                 if writer.ready is None and writer.process.poll() is None:
                     starting.append(writer.name)  # module docstring: it goes on by itself
                     continue
-                self._stop_writer(writer)
-                lost = self._lost(writer)
-                self.undelivered[writer.name] = self.undelivered.get(writer.name, 0) + lost
+                writer.stop_now()
+                lost[writer.name] = lost.get(writer.name, 0) + writer.pending(sent)
                 logger.error("backend %r: its writer process did not finish within "
                              "close(timeout=%s) and was killed", writer.name, timeout)
         if starting:
@@ -720,46 +524,26 @@ class ProcessDispatch(Dispatch):
                 "ran out; it writes everything logged once started, then exits by itself "
                 "(at most %.0f s after this process ends)", ", ".join(map(repr, starting)), timeout,
                 START_SECONDS + DRAIN_SECONDS)
-            self._remove_spool(keep=starting)  # their links: they read them, then the folder
+            self.remove_spool(keep=starting)  # their links: they read them, then the folder
         else:
-            self._remove_spool()  # every writer has ended: what is left there is nobody's
+            self.remove_spool()  # every writer has ended: what is left there is nobody's
         if self._reader is not None:  # it passes on a starting writer's output until its end
             self._reader.join(timeout=10 if not starting or deadline is None
                               else max(0.0, deadline - time.monotonic()))
         for writer in self.writers:
-            if writer.dead:  # what it held when it died, and what was sent after
-                lost = self._lost(writer)
-                if lost:
-                    self.undelivered[writer.name] = self.undelivered.get(writer.name, 0) + lost
-        if self.threads is not None:
-            self.threads.close(None if deadline is None else max(
-                0.0, deadline - time.monotonic()), report=False)
-        if self.undelivered:
-            report_lost(self.undelivered, f"not written when close(timeout={timeout}) gave up "
-                        "or its writer process had ended; the backend is not closed")
-        if self.dropped:
-            report_lost(self.dropped, "dropped, its buffer was full (on_full='drop')")
-        self.policy.deliver(raising=False)
-        self.policy.raise_pending()
+            held = writer.pending(sent)
+            if writer.dead and held:  # what it held when it died, and what was sent after
+                lost[writer.name] = lost.get(writer.name, 0) + held
+        return lost
 
-    def _lost(self, writer: WriterProcess) -> int:
-        """Calls sent to ``writer`` that it has not reported done."""
-        return max(0, self.sent - writer.skipped - writer.calls_handled())
-
-    def _stop_writer(self, writer: WriterProcess) -> None:
-        """Kill ``writer`` and reap it."""
-        writer.stopping = True
-        writer.close_pipe()
-        writer.kill()
-        writer.process.wait()
-
-    def _abandon_all(self) -> None:
+    def abandon(self) -> None:
+        """Kill and reap every writer launched (writers cannot be started here after all)."""
         for writer in self.writers:
-            self._stop_writer(writer)
+            writer.stop_now()
         self.writers = []
-        self._remove_spool()
+        self.remove_spool()
 
-    def _remove_spool(self, keep: Sequence[str] = ()) -> None:
+    def remove_spool(self, keep: Sequence[str] = ()) -> None:
         """Remove the spool folder with what a writer that died or was killed left in it; with
         ``keep`` (writers left to finish by themselves), only the links no such writer reads:
         each of them removes its own links, and the last one the folder (``writer.py``)."""
@@ -776,35 +560,13 @@ class ProcessDispatch(Dispatch):
                             os.unlink(entry.path)
         self.spool = None
 
-    def before_fork(self) -> None:
-        """Nothing waits in a user-space buffer here; the worker threads' part is flushed."""
-        if self.threads is not None:
-            self.threads.before_fork()
-
     def forget(self) -> None:
-        """In a forked child: close the inherited pipes, so that the child neither writes to
-        a writer nor keeps one alive; the child never waits for or kills the writers."""
+        """In a forked child: close the inherited pipes of every writer (``forget``); the
+        spool folder is the parent's (its writers read it, its close removes it)."""
         for writer in self.writers:
-            for fd in (writer.fd, writer.control_fd, writer.reply_fd, writer.output_fd):
-                if fd >= 0:
-                    with contextlib.suppress(OSError):
-                        os.close(fd)
-            writer.fd = writer.control_fd = -1
-        self.writers, self._live, self._fds = [], [], []
-        self._writable = _writable([])
-        self.spool = None  # the parent's: its writers read it, its close removes it
-        if self.threads is not None:
-            self.threads.forget()
-
-
-class _NoLock:
-    """A context manager that holds nothing (the monitor's lock is not needed twice)."""
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
+            writer.forget()
+        self.writers = []
+        self.spool = None
 
 
 @contextlib.contextmanager
@@ -831,7 +593,7 @@ def _pass_on(chunk: bytes) -> None:
         stream.flush()
 
 
-def _nothing(**kwargs: Any) -> None:
+def nothing(**kwargs: Any) -> None:
     """Stands for a hook that runs in the writer process (``MediaRoutes`` needs a callable)."""
 
 
@@ -860,7 +622,7 @@ def _pipe_max_size() -> int:
         return 1 << 20
 
 
-def _write_all(fd: int, parts: list[Any], *, writer: WriterProcess | None = None) -> None:
+def write_all(fd: int, parts: list[Any], *, writer: WriterChannel | None = None) -> None:
     """Write the frame ``parts`` whole into ``fd``, waiting for room while it is full (a
     blocking pipe, the start frame; or a non-blocking one of ``writer``, while it lives).
 
@@ -883,7 +645,7 @@ def _write_all(fd: int, parts: list[Any], *, writer: WriterProcess | None = None
             views[0] = views[0][written:]
 
 
-def _write_file(path: str, parts: list[Any]) -> None:
+def write_file(path: str, parts: list[Any]) -> None:
     """Create the file ``path`` (it must not exist) holding the frame ``parts``, closed.
 
     Raises:
@@ -911,7 +673,7 @@ def _spool_root() -> str | None:
     return shm if os.path.isdir(shm) and os.access(shm, os.W_OK | os.X_OK) else None
 
 
-def _writable(fds: list[int]) -> Any:
+def writable(fds: list[int]) -> Any:
     """A function of a timeout in seconds (0: none) listing which of the pipes ``fds`` have
     room for a frame of ``PIPE_BUF`` bytes: ``poll(2)`` once registered (a pipe is writable
     while it has a free page, which takes such a frame whole; a pipe whose writer is gone is
@@ -933,7 +695,7 @@ def _installed_packages() -> frozenset[str]:
     return frozenset(packages_distributions()) | named
 
 
-def _why_not_in_a_process(spec: BackendSpec, run: RunInfo) -> str | None:
+def why_not_in_a_process(spec: BackendSpec, run: RunInfo) -> str | None:
     """Why ``spec`` cannot run in a writer process, or ``None`` when it can: its class must
     come from an installed distribution (an entry point's always does) or from a folder on
     ``PYTHONPATH``, which a fresh interpreter imports alike; a class of a script, a notebook,

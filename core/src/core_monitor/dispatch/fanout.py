@@ -1,0 +1,619 @@
+"""``FanOut``: the one way a ``Monitor``'s calls reach its backends, one channel per backend.
+
+The ``Monitor`` validates a call and builds it once, ``(hook, kwargs)`` (for ``log()``,
+``("monitor_write", {"events": Batch})``); the fan-out hands that call to every started
+backend's channel (``channel.Channel``), in start order, in one pass:
+
+1. room: every channel's buffer is asked for room first (``Channel.make_room``): ``log()``
+   waits for a full one (``on_full="block"``) or the call is dropped for that backend and
+   counted (``"drop"``), before anything is handed over, so an interrupt while waiting leaves
+   no trace of the call;
+2. the pass: the call is put into every thread channel's queue and its encoding
+   (``wire``, encoded once) written into every writer channel's pipe by one C-level
+   ``deque.extend`` over ``map``: no Python bytecode, hence no signal handler and no other
+   thread, runs between two of them, so the call reaches every channel or none. A frame over
+   ``PIPE_BUF`` bytes is first written whole into a spool file (``_spool``) and only a small
+   frame naming it crosses the pipes, in the same pass;
+3. in-line channels are then called on the caller's thread, in start order.
+
+The failure policy (``policy.Policy``), the counts (``dropped``, ``undelivered``), the media
+routes and the monitor's lock (held by the caller around ``send``, ``flush``'s request and
+``stop``) are the fan-out's, for every channel alike.
+
+Where each backend runs is chosen per backend at ``start`` (``placement``): the mode the user
+picked (``Monitor(dispatch=...)``) is the default kind of channel, ``MODE_KINDS``; a backend
+class that a fresh interpreter might not import by module path gets a thread channel while its
+neighbours keep their writer processes (``processes.why_not_in_a_process``), and where writer
+processes cannot be started at all every backend gets a thread channel, with one warning.
+``ProcessDispatch``, ``ThreadDispatch`` and ``SyncDispatch`` are the fan-out with each mode's
+default placement.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+import warnings
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from itertools import chain, repeat
+from queue import SimpleQueue
+from typing import Any, ClassVar
+
+from .. import shutdown
+from ..errors import BackendWarning, ConfigError, FlushTimeout
+from ..events import Batch
+from ..media import MediaRoutes
+from ..resume import NoRunToResume, backend_state
+from ..run import RunInfo
+from . import wire
+from .backends import Backend, hook_names, new_manager, start_backend
+from .channel import FULL, GONE, ROOM, BackendSpec, Channel
+from .policy import Policy
+from .processes import (
+    PIPE_BUF,
+    STARTUP_SECONDS,
+    WriterChannel,
+    WriterHost,
+    nothing,
+    why_not_in_a_process,
+    writable,
+    write_all,
+    write_file,
+)
+from .sync import InlineChannel
+from .threads import FORK_FLUSH_TIMEOUT, ThreadChannel, in_worker
+from .warn import report_drop, report_lost
+
+logger = logging.getLogger("core_monitor")
+
+#: ``Monitor(dispatch=...)`` -> the kind of channel a backend gets by default.
+MODE_KINDS = {"process": "process", "thread": "thread", "background": "thread",
+              "sync": "inline"}
+
+_put = SimpleQueue.put
+_write = os.write
+_consume: Callable[[Iterable[Any]], None] = deque(maxlen=0).extend  # an iterator's end, in C
+
+
+class FanOut:
+    """How one ``Monitor``'s calls reach its backends (module docstring).
+
+    Args:
+        policy: the failure policy (strict or not; the counts).
+        capacity: calls each backend's buffer holds (``Monitor(queue_size=...)``).
+        on_full: ``"block"`` or ``"drop"`` (``Monitor(on_full=...)``).
+
+    Attributes:
+        mode: the ``Monitor(dispatch=...)`` this fan-out stands for; its default placement is
+            ``MODE_KINDS[mode]``.
+        policy: as given.
+        channels: one per started backend, in start order.
+        media: which media kinds each started backend is sent; what the others were not sent.
+        hooks: started backend name -> the hooks it implements, in start order.
+        facts: started backend name -> what it told at its start: ``{"state": (resumed,
+            last_step)}`` (``core_monitor.resume.backend_state``).
+        missing: backend name -> the ``NoRunToResume`` it raised (``resume="must"``): it
+            was not started; the ``Monitor`` raises one error naming them all.
+        dropped: backend name -> calls dropped because its buffer was full (``"drop"``).
+        undelivered: backend name -> calls that never reached it (``close`` gave up, or the
+            backend's thread or process had died).
+        sent: calls handed to the channels (each got those not in its ``skipped``).
+        wait: whether ``start`` returns only once every writer process replied ready or failed
+            (``Monitor(wait=...)``); the other channels always start before it returns.
+    """
+
+    mode: ClassVar[str] = "process"
+
+    def __init__(self, policy: Policy, capacity: int, on_full: str) -> None:
+        self.policy = policy
+        self.capacity = capacity
+        self.on_full = on_full
+        self.media = MediaRoutes()
+        self.channels: list[Channel] = []
+        self.hooks: dict[str, frozenset[str]] = {}
+        self.facts: dict[str, dict[str, Any]] = {}
+        self.missing: dict[str, NoRunToResume] = {}
+        self.dropped: dict[str, int] = {}
+        self.undelivered: dict[str, int] = {}
+        self.sent = 0
+        self.wait = False
+        self._told: set[tuple[str, str]] = set()  # (backend, optional hook) warned about
+        self._manager = new_manager()
+        self._host: WriterHost | None = None  # what the writer channels share
+        # The hot path's lists, per kind, in start order:
+        self._inline: list[InlineChannel] = []
+        self._threads: list[ThreadChannel] = []
+        self._queues: list[SimpleQueue[tuple[str, Any]]] = []  # the thread channels' queues
+        self._live: list[WriterChannel] = []  # the writer channels still sent to
+        self._fds: list[int] = []  # their data pipes
+        self._writable = writable([])  # which of ``_fds`` have room for a frame (a list)
+
+    @property
+    def names(self) -> list[str]:
+        """The started backends, in start order."""
+        return list(self.hooks)
+
+    @property
+    def writers(self) -> list[WriterChannel]:
+        """The writer channels, in start order."""
+        return [] if self._host is None else list(self._host.writers)
+
+    @property
+    def backends(self) -> list[Backend]:
+        """The backends constructed in this process (in-line and thread channels)."""
+        return [channel.backend for channel in self.channels
+                if isinstance(channel, (InlineChannel, ThreadChannel))]
+
+    @property
+    def spool(self) -> str | None:
+        """The writers' spool folder while they run (``processes.WriterHost.spool``)."""
+        return None if self._host is None else self._host.spool
+
+    def get(self, name: str) -> Backend:
+        """The backend called ``name``, constructed in this process.
+
+        Raises:
+            KeyError: no started backend of this process has that name (it runs in a writer
+                process, or was not started).
+        """
+        for backend in self.backends:
+            if backend.name == name:
+                return backend
+        raise KeyError(name)
+
+    # Start -------------------------------------------------------------------------------
+
+    def placement(self, spec: BackendSpec, run: RunInfo) -> str:
+        """The kind of channel ``spec`` gets: ``MODE_KINDS[mode]``, except a thread for a
+        backend a writer process may not import by module path (or whose options do not
+        pickle), with one INFO line naming why."""
+        kind = MODE_KINDS[self.mode]
+        if kind == "process":
+            why = why_not_in_a_process(spec, run)
+            if why is not None:
+                logger.info("backend %r runs in a worker thread, not a writer process: %s",
+                            spec.name, why)
+                return "thread"
+        return kind
+
+    def start(self, specs: Sequence[BackendSpec], run: RunInfo) -> None:
+        """Start every backend of ``specs`` for ``run``, each in the channel ``placement``
+        gives it: every writer process at once (waiting for their replies only with
+        ``wait``), then the backends of this process in order.
+
+        A backend that fails to start is set aside (reported and counted as
+        ``failures[name]``, hook ``"start"``) and the others run.
+
+        Raises:
+            ConfigError: raised by a backend's constructor (a bad option value), always;
+                the backends already started are closed first.
+            Exception: whatever a backend's start raised, when ``strict``.
+        """
+        kinds = {spec.name: self.placement(spec, run) for spec in specs}
+        in_process = [spec for spec in specs if kinds[spec.name] == "process"]
+        if in_process:
+            self._host = WriterHost(self.policy)
+            try:
+                self._host.launch(in_process, run, self.capacity)
+            except OSError as error:
+                warnings.warn(f"writer processes cannot be started here ({error}); every "
+                              "backend runs in a worker thread instead (dispatch='thread')",
+                              RuntimeWarning, stacklevel=4)
+                self._host.abandon()
+                self._host = None
+                kinds = dict.fromkeys(kinds, "thread")
+        started: dict[str, Channel] = {}
+        try:
+            if self._host is not None:
+                self._start_writers(self._host, started)
+            for spec in specs:
+                kind = kinds[spec.name]
+                if kind == "process":
+                    continue
+                try:
+                    backend = start_backend(self._manager, spec.name, spec.cls, run,
+                                            spec.options)
+                except Exception as error:
+                    self._start_failed(spec.name, error)
+                    continue
+                started[spec.name] = (InlineChannel(backend) if kind == "inline" else
+                                      ThreadChannel(backend, self.policy, self.capacity))
+        except BaseException:
+            self._take([started[spec.name] for spec in specs if spec.name in started])
+            self.stop()
+            self.close(None)
+            raise
+        self._take([started[spec.name] for spec in specs if spec.name in started])
+        if self._host is not None:
+            self._host.writers = [c for c in self.channels if isinstance(c, WriterChannel)]
+        for spec in specs:  # start order is selection order, whichever channel runs it
+            channel = started.get(spec.name)
+            kinds_of_media = getattr(spec.cls, "media_kinds", ())
+            if isinstance(channel, WriterChannel):
+                self.hooks[spec.name] = hook_names(spec.cls)
+                self.facts[spec.name] = channel.facts
+                self.media.add(spec.name, kinds_of_media,
+                               dict.fromkeys(self.hooks[spec.name], nothing))
+            elif isinstance(channel, (InlineChannel, ThreadChannel)):
+                backend = channel.backend
+                self.media.add(spec.name, kinds_of_media, backend.hooks)
+                self.hooks[spec.name] = frozenset(backend.hooks)
+                self.facts[spec.name] = {"state": backend_state(backend.instance)}
+
+    def _start_writers(self, host: WriterHost, started: dict[str, Channel]) -> None:
+        """Take the writers launched: at once (``wait`` false; their replies are handled by
+        the reply thread), or once each replied ready (a failure is stopped and handled as
+        any start failure)."""
+        host.waited = self.wait
+        deadline = time.monotonic() + STARTUP_SECONDS
+        for writer in host.writers:
+            if not self.wait:
+                started[writer.name] = writer
+                writer.facts.setdefault("state", (False, None))
+                continue
+            outcome = writer.wait_ready(deadline)
+            self.policy.deliver(raising=False)  # warnings of its start, in order
+            if outcome is True:
+                started[writer.name] = writer
+                continue
+            writer.sending = False
+            writer.stop_now()
+            self._start_failed(writer.name, outcome)  # type: ignore[arg-type]
+
+    def _take(self, channels: list[Channel]) -> None:
+        """Hold ``channels`` (start order) and the hot path's lists of each kind."""
+        self.channels = channels
+        self._inline = [c for c in channels if isinstance(c, InlineChannel)]
+        self._threads = [c for c in channels if isinstance(c, ThreadChannel)]
+        self._queues = [c.items for c in self._threads]
+        self._live = [c for c in channels if isinstance(c, WriterChannel) and c.sending]
+        self._fds = [writer.fd for writer in self._live]
+        self._writable = writable(self._fds)
+
+    def _start_failed(self, name: str, error: BaseException) -> None:
+        """A backend did not start: raise (``ConfigError``, or any error when strict) or set
+        it aside under the failure policy. A missing run to resume is kept in ``missing``."""
+        if isinstance(error, NoRunToResume):
+            self.missing[name] = error
+            return
+        if isinstance(error, ConfigError) or self.policy.strict:
+            raise error
+        self.policy.failed(name, "start", error)
+
+    def warn_lacking(self, hook: str, consequence: str) -> None:
+        """Warn once per backend that it lacks the optional ``hook``, pointing at the caller
+        of the ``Monitor`` method that called this."""
+        for name, hooks in self.hooks.items():
+            if hook not in hooks and (name, hook) not in self._told:
+                self._told.add((name, hook))
+                warnings.warn(f"backend {name!r} has no {hook} hook: {consequence}",
+                              BackendWarning, stacklevel=3)
+
+    # Calls -------------------------------------------------------------------------------
+
+    def send(self, hook: str, kwargs: dict[str, Any]) -> None:
+        """Hand ``hook(**kwargs)`` to every channel (module docstring); the hot path of
+        ``Monitor.log``. The caller holds the monitor's lock.
+
+        Raises:
+            Exception: with ``strict``, what an in-line backend raised (after every channel got
+                the call).
+        """
+        self.sent += 1
+        if self._fds:
+            # The thread channels' room is settled first, as the pipes' is; their queues get
+            # the call in the same pass as the pipes.
+            puts = self._queues_with_room() if self._queues else ()
+            # A batch travels as its rows, plain tuples (pickled in a third of the time of the
+            # Batch object); the writer builds the Batch again (``wire.WRITE_ROWS``).
+            if hook == "monitor_write" and type(kwargs["events"]) is Batch:
+                frame = wire.encode((wire.WRITE_ROWS, kwargs["events"].rows))
+                size = len(frame)
+                parts = [frame]
+            else:
+                parts = wire.encode_parts((hook, kwargs))
+                size = sum(memoryview(part).nbytes for part in parts)
+                frame = b"".join(parts) if size <= PIPE_BUF else b""
+            if size <= PIPE_BUF:
+                live = self._live
+                self._pass(frame, live if len(self._writable(0)) == len(live)
+                           else self._targets(0), puts, (hook, kwargs))
+            else:
+                self._spool(parts, size, puts, (hook, kwargs))
+        elif self._queues:
+            _consume(map(_put, self._queues_with_room(), repeat((hook, kwargs))))
+        if self._inline:
+            self._call_inline(hook, kwargs)
+
+    def _call_inline(self, hook: str, kwargs: dict[str, Any]) -> None:
+        """Call ``hook(**kwargs)`` on every in-line backend implementing it, in start order;
+        then raise a strict failure, if any."""
+        failed = self.policy.failed
+        for channel in self._inline:
+            function = channel.hooks.get(hook)
+            if function is not None:
+                try:
+                    function(**kwargs)
+                except Exception as error:
+                    failed(channel.name, hook, error)
+        self.policy.raise_pending()
+
+    def _admit(self, channel: Channel, size: int) -> bool:
+        """Whether ``channel`` takes the call (``Channel.make_room``); one it refuses is
+        counted: dropped for a full buffer (warned once per backend), undelivered for a thread
+        or process that is gone (a writer is then no longer sent to)."""
+        answer = channel.make_room(size, self.on_full)
+        if answer == ROOM:
+            return True
+        self._refuse(channel, answer)
+        return False
+
+    def _refuse(self, channel: Channel, answer: str) -> None:
+        name = channel.name
+        if answer == FULL:
+            self.dropped[name] = self.dropped.get(name, 0) + 1
+            channel.skipped += 1
+            if self.dropped[name] == 1:
+                report_drop(name, channel.full)
+            return
+        if channel.counts_gone():
+            self.undelivered[name] = self.undelivered.get(name, 0) + 1
+            channel.skipped += 1
+        if isinstance(channel, WriterChannel):
+            self._unlist(channel)
+
+    def _unlist(self, writer: WriterChannel) -> None:
+        """Stop sending to ``writer`` (its process is gone)."""
+        writer.sending = False
+        if writer in self._live:
+            self._live.remove(writer)
+            self._fds = [w.fd for w in self._live]
+            self._writable = writable(self._fds)
+
+    def _queues_with_room(self) -> list[SimpleQueue[tuple[str, Any]]]:
+        """The thread channels' queues that take one more item now: all of them while none is
+        full, else after waiting or dropping for the full ones (``_admit``)."""
+        if max(map(SimpleQueue.qsize, self._queues), default=0) < self.capacity:
+            return self._queues
+        return [channel.items for channel in self._threads if self._admit(channel, 0)]
+
+    def _targets(self, spool: int) -> list[WriterChannel]:
+        """The live writers that take a frame (naming a spool file of ``spool`` bytes) now:
+        all of them while every pipe has room (one ``poll``); otherwise each full one as
+        ``_admit`` says. Nothing is written here, so an interrupt while waiting leaves no trace
+        of the call; room only grows until the pass (only this thread, holding the monitor's
+        lock, writes)."""
+        live = self._live
+        if len(self._writable(0)) == len(live) and (
+                not spool or all(writer.spool_room(spool) for writer in live)):
+            return live
+        return [writer for writer in list(live) if self._admit(writer, spool)]
+
+    def _pass(self, frame: bytes, targets: list[WriterChannel],
+              puts: Sequence[Any] = (), item: Any = None) -> list[WriterChannel]:
+        """Write ``frame`` (at most ``PIPE_BUF`` bytes) into the pipes of ``targets``, each of
+        which has room for it, after putting ``item`` into the thread channels' queues
+        ``puts`` (a put never fails); the writers that got it.
+
+        The pass is atomic: ``deque.extend`` drives ``map(os.write, ...)`` in C, so no Python
+        bytecode runs between two writes, hence no signal handler (Python runs handlers
+        between bytecodes) and no other thread. ``os.write`` itself runs handlers only when
+        the system call fails with EINTR (PEP 475), and a non-blocking write of at most
+        ``PIPE_BUF`` bytes into a pipe with a free page never sleeps, so it never returns
+        EINTR. Blocking signals with ``signal.pthread_sigmask`` would add nothing: it masks
+        this thread only, another thread's C-level handler would still flag the signal, and
+        the flag is acted on at the next bytecode, which comes after the pass either way.
+        """
+        fds = self._fds if targets is self._live else [writer.fd for writer in targets]
+        done: deque[Any] = deque()
+        try:
+            if puts:
+                done.extend(chain(map(_put, puts, repeat(item)), map(_write, fds, repeat(frame))))
+            else:
+                done.extend(map(_write, fds, repeat(frame)))
+        except OSError as error:  # a writer that ended since the room was checked
+            return self._resume_pass(frame, targets, len(done) - len(puts), error)
+        return targets
+
+    def _resume_pass(self, frame: bytes, targets: list[WriterChannel], at: int,
+                     error: OSError) -> list[WriterChannel]:
+        """The pass stopped at ``targets[at]``: its writer is gone (or, where a pipe with
+        room may still refuse a frame, full). The frame goes to the others one at a time."""
+        got = targets[:at]
+        for offset, writer in enumerate(targets[at:]):
+            if offset:
+                try:
+                    _write(writer.fd, frame)
+                    got.append(writer)
+                    continue
+                except OSError as later:
+                    error = later
+            if isinstance(error, BlockingIOError) and writer.process.poll() is None:
+                if self.on_full == "drop":
+                    self._refuse(writer, FULL)
+                    continue
+                with contextlib.suppress(OSError):
+                    write_all(writer.fd, [frame], writer=writer)
+                    got.append(writer)
+                    continue
+            self._refuse(writer, GONE)
+        return got
+
+    def _spool(self, parts: list[Any], size: int, puts: Sequence[Any], item: Any) -> None:
+        """A frame larger than ``PIPE_BUF`` (media, a wide row): written whole into a file of
+        the spool folder, hard-linked once per writer that takes it, all before anything is
+        announced (an interrupt or a full disk meanwhile removes them: no trace of the call),
+        then announced by a ``wire.SPOOL`` frame in one pass, as a small call is. The file
+        lives on the disk, so it outlives a SIGKILL of this process; each writer removes its
+        link once read."""
+        targets = list(self._targets(size))  # a copy: a writer found gone leaves ``_live``
+        if not targets:
+            _consume(map(_put, puts, repeat(item)))
+            return
+        host = self._host
+        assert host is not None and host.spool is not None
+        name = host.spool_name()
+        paths = [wire.spool_path(host.spool, name, writer.index) for writer in targets]
+        try:
+            write_file(paths[0], parts)
+            for path in paths[1:]:
+                os.link(paths[0], path)
+        except BaseException:
+            for path in paths:
+                _unlink(path)
+            raise
+        got = self._pass(wire.encode((wire.SPOOL, {"name": name, "bytes": size})), targets,
+                         puts, item)
+        for writer, path in zip(targets, paths, strict=True):
+            if writer in got:
+                writer.spooled += size
+            else:  # dropped or gone after the room check (rare): its link is nobody's
+                _unlink(path)
+
+    # Flush, stop, close ------------------------------------------------------------------
+
+    def flush(self, lock: Any, timeout: float | None) -> None:
+        """Return once every backend wrote and flushed what was sent before; ``lock`` is held
+        while the flush is requested (control pipes, queue markers; in-line backends flush
+        then). Every channel is waited for at once, ``timeout`` seconds in all.
+
+        Raises:
+            FlushTimeout: at ``timeout``; ``.pending``: calls not yet written, per backend.
+            Exception: with ``strict``, a backend's exception.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with lock:
+            tickets = [(channel, channel.request_flush()) for channel in self.channels]
+            if self._inline:
+                self._call_inline("monitor_flush", {})
+        late: dict[str, int] = {}
+        for channel, ticket in tickets:
+            if not channel.wait_flushed(ticket, deadline):
+                late[channel.name] = max(1, channel.pending(self.sent))
+        self.policy.deliver()
+        if late:
+            raise FlushTimeout(late, timeout)
+
+    def stop(self) -> None:
+        """Nothing is sent after this (called under the monitor's lock by ``close``). Every
+        writer is marked stopping before any is sent the stop request (a writer that exits on
+        it is then never taken for a dead one). The request names SIGTERM when the process is
+        closing on it (``shutdown.terminating``): the writer reports it as the run's end
+        (``monitor_crash``)."""
+        writers = self.writers
+        for writer in writers:
+            writer.stopping = True
+        reason = shutdown.terminating
+        for channel in (*writers, *self._threads):
+            channel.request_stop(reason)
+
+    def close(self, timeout: float | None) -> None:
+        """Let every channel write what it holds (``timeout`` seconds for all, at once), then
+        flush and close every backend; report what was dropped or not delivered.
+
+        Writer processes end by themselves once their pipes close (``WriterHost.close``; one
+        still running at the deadline is killed, one still starting left to finish). Worker
+        threads are joined; one still busy then is left to its daemon thread, its calls counted
+        in ``undelivered``. The backends of this process whose channel ended are then flushed,
+        then closed, each in reverse start order, even when one raises.
+
+        Raises:
+            Exception: with ``strict``, the first exception a backend raised.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        self._live, self._fds = [], []
+        self._writable = writable([])
+        if self._host is not None:
+            for name, lost in self._host.close(deadline, timeout, self.sent).items():
+                self.undelivered[name] = self.undelivered.get(name, 0) + lost
+        stuck = set()
+        for channel in self._threads:
+            if not channel.join(deadline):
+                stuck.add(channel.name)
+                channel.abandon()
+                self.undelivered[channel.name] = (
+                    self.undelivered.get(channel.name, 0) + channel.pending()
+                )
+        if self._host is not None:
+            lost_why = (f"not written when close(timeout={timeout}) gave up or its writer "
+                        "process had ended; the backend is not closed")
+            dropped_why = "dropped, its buffer was full (on_full='drop')"
+        else:
+            lost_why = (f"still queued when close(timeout={timeout}) gave up; the backend is "
+                        "not closed")
+            dropped_why = "dropped, its queue was full (on_full='drop')"
+        if self.undelivered:
+            report_lost(self.undelivered, lost_why)
+        if self.dropped:
+            report_lost(self.dropped, dropped_why)
+        self.policy.deliver(raising=False)
+        backends = [b for b in self.backends if b.name not in stuck]
+        self._inline, self._threads, self._queues = [], [], []  # never called again
+        for hook in ("monitor_flush", "monitor_close"):
+            for backend in reversed(backends):
+                function = backend.hooks.get(hook)
+                if function is None:
+                    continue
+                try:
+                    function()
+                except Exception as error:
+                    self.policy.failed(backend.name, hook, error)
+        self.policy.raise_pending()
+
+    # Fork --------------------------------------------------------------------------------
+
+    def before_fork(self) -> None:
+        """The process is about to fork (the monitor's lock is held): leave nothing in a
+        buffer of this process that the child could write a second time. Thread channels
+        write and flush what they hold, within ``threads.FORK_FLUSH_TIMEOUT`` seconds (not
+        from a worker thread: it cannot wait for itself); in-line backends flush (failures
+        counted, never raised); writer channels hold nothing here."""
+        if self._threads and not in_worker():
+            deadline = time.monotonic() + FORK_FLUSH_TIMEOUT
+            for channel, ticket in [(c, c.request_flush()) for c in self._threads]:
+                channel.wait_flushed(ticket, deadline)
+        for channel in self._inline:
+            function = channel.hooks.get("monitor_flush")
+            if function is not None:
+                try:
+                    function()
+                except Exception as error:
+                    self.policy.failed(channel.name, "monitor_flush", error)
+
+    def forget(self) -> None:
+        """In a forked child: let go of everything inherited, never writing to it (the pipes
+        are closed, the queues emptied, the spool folder left to the parent)."""
+        if self._host is not None:
+            self._host.forget()
+        for channel in self._threads:
+            channel.forget()
+        self._queues = [channel.items for channel in self._threads]
+        self._live, self._fds = [], []
+        self._writable = writable([])
+
+
+def _unlink(path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+
+
+class ProcessDispatch(FanOut):
+    """``dispatch="process"`` (the default): every backend gets a writer channel, but one a
+    fresh interpreter may not import by module path (a thread channel)."""
+
+    mode = "process"
+
+
+class ThreadDispatch(FanOut):
+    """``dispatch="thread"`` (alias ``"background"``): every backend gets a thread channel."""
+
+    mode = "thread"
+
+
+class SyncDispatch(FanOut):
+    """``dispatch="sync"``: every backend gets an in-line channel (the caller's thread)."""
+
+    mode = "sync"
