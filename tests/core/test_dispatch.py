@@ -123,6 +123,30 @@ def test_a_slow_backend_slows_neither_log_nor_the_other_backends(make):
     assert monitor.undelivered == {} and monitor.dropped == {}
 
 
+@pytest.mark.parametrize(("dispatch", "kinds"), [
+    ("process", ["thread", "process"]),  # Fast cannot be imported by a fresh interpreter
+    ("thread", ["thread", "thread"]),
+    ("background", ["thread", "thread"]),
+    ("sync", ["inline", "inline"]),
+])
+def test_the_mode_is_each_backends_default_channel_and_one_fan_out_reaches_all(make, dispatch,
+                                                                                 kinds):
+    """``dispatch=`` picks the channel every backend gets by default; a class a writer process
+    cannot import gets a thread channel while its neighbour keeps its writer, and one fan-out
+    hands every call to both."""
+    Fast.instances.clear()
+    monitor = make([Fast, "jsonl"], dispatch=dispatch)
+    assert [c.kind for c in monitor._dispatch.channels] == kinds
+    assert [c.name for c in monitor._dispatch.channels] == monitor.backends == ["fast", "jsonl"]
+    for step in range(3):
+        monitor.log({"loss": float(step)}, step=step)
+    monitor.flush()
+    assert Fast.instances[0].steps == [0, 1, 2]
+    assert stored_steps(monitor) == [0, 1, 2]
+    monitor.close()
+    assert monitor.undelivered == {} and monitor.dropped == {} and monitor.failures == {}
+
+
 def test_a_full_queue_blocks_log_by_default_and_loses_nothing(make):
     monitor = make([Gated, "jsonl"], queue_size=2)
     monitor.log({"x": 0.0}, step=0)

@@ -573,15 +573,15 @@ class FanOut:
         counted, never raised); writer channels hold nothing here."""
         if self._threads and not in_worker():
             deadline = time.monotonic() + FORK_FLUSH_TIMEOUT
-            for channel, ticket in [(c, c.request_flush()) for c in self._threads]:
-                channel.wait_flushed(ticket, deadline)
-        for channel in self._inline:
-            function = channel.hooks.get("monitor_flush")
+            for thread, ticket in [(c, c.request_flush()) for c in self._threads]:
+                thread.wait_flushed(ticket, deadline)
+        for inline in self._inline:
+            function = inline.hooks.get("monitor_flush")
             if function is not None:
                 try:
                     function()
                 except Exception as error:
-                    self.policy.failed(channel.name, "monitor_flush", error)
+                    self.policy.failed(inline.name, "monitor_flush", error)
 
     def forget(self) -> None:
         """In a forked child: let go of everything inherited, never writing to it (the pipes

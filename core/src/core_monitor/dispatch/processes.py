@@ -1,21 +1,23 @@
-"""``dispatch="process"`` (the default): each backend runs in a writer process of its own.
+"""The writer channel (the default kind): a backend runs in a writer process of its own.
 
-The training process validates each call on the caller's thread, encodes it once
-(``core_monitor.dispatch.wire``) and writes the frame into every writer's pipe in one C-level
-pass (``os.write`` mapped over the pipes by ``deque.extend``: no Python bytecode, so no
-signal handler and no other thread, runs between two writes), once every pipe has room for it
-(one ``poll``; room is waited for, or the call dropped for a full one, before anything is
-written). A frame of at most ``PIPE_BUF`` bytes (4 KiB on Linux) goes into a pipe whole, so
-the call reaches every writer whole or none. A larger one (an image, a row of thousands of
-tags) is first written whole into a spool file (``ProcessDispatch.spool``, a folder in
-``/dev/shm``), hard-linked once per writer, and only a small ``wire.SPOOL`` frame naming it
-crosses the pipes, in the same pass: an interrupt before the pass leaves no trace of the call,
-one after it cannot undo it. Spool files count by their bytes against each writer's bound
-(twice its pipe's size: what its pipe and its inbox hold of small calls). When ``log()``
-returns the call is in the kernel (in a pipe, and a spool file for a large one): if the
-training process dies by any means, each writer still reads it, writes it, flushes, marks the
-run as crashed (``monitor_crash``) and exits (``core_monitor.dispatch.writer``), the last one
-removing the spool folder. No tracker SDK is
+``WriterChannel`` is the training process's side of one writer: its data pipe, its control
+pipe, its process, what it replied. ``WriterHost`` is what the writer channels of one monitor
+share: the spool folder and the one thread reading every writer's replies. The fan-out
+(``fanout.FanOut``) encodes each call once (``core_monitor.dispatch.wire``) and writes the
+frame into every writer's pipe in its one C-level pass (``os.write`` mapped over the pipes by
+``deque.extend``: no Python bytecode, so no signal handler and no other thread, runs between
+two writes), once every pipe has room for it (one ``poll``; room is waited for, or the call
+dropped for a full one, before anything is written: ``WriterChannel.make_room``). A frame of at
+most ``PIPE_BUF`` bytes (4 KiB on Linux) goes into a pipe whole, so the call reaches every
+writer whole or none. A larger one (an image, a row of thousands of tags) is first written
+whole into a spool file (``WriterHost.spool``, a folder in ``/dev/shm``), hard-linked once per
+writer, and only a small ``wire.SPOOL`` frame naming it crosses the pipes, in the same pass: an
+interrupt before the pass leaves no trace of the call, one after it cannot undo it. Spool files
+count by their bytes against each writer's bound (twice its pipe's size: what its pipe and its
+inbox hold of small calls). When ``log()`` returns the call is in the kernel (in a pipe, and a
+spool file for a large one): if the training process dies by any means, each writer still
+reads it, writes it, flushes, marks the run as crashed (``monitor_crash``) and exits
+(``core_monitor.dispatch.writer``), the last one removing the spool folder. No tracker SDK is
 imported in the training process.
 
 Each data pipe is the backend's bounded buffer: ``queue_size`` calls of 1 KiB (at least one
@@ -29,11 +31,12 @@ inside one hook for longer than that (the shared memory ``wire.SHARED_BYTES``).
 Flush and stop requests travel on a second pipe per writer, the control pipe, written without
 waiting: they never queue behind data in a full data pipe, so ``flush(timeout=)`` and
 ``close(timeout=)`` keep their deadline whatever the data pipes hold. The writer places each
-request after the data logged before it. ``stop`` marks every writer stopping before it sends
-any stop request, so a writer that exits on its request is never taken for a dead one.
+request after the data logged before it. The fan-out's ``stop`` marks every writer stopping
+before it sends any stop request, so a writer that exits on its request is never taken for a
+dead one.
 
-Start-up: ``start`` launches every writer at once (each with SIGTERM blocked until its handler
-is in place) and, by default (``Monitor(wait=False)``), returns at once: calls wait in the pipes
+Start-up: ``WriterHost.launch`` starts every writer at once (each with SIGTERM blocked until its handler
+is in place) and the fan-out, by default (``Monitor(wait=False)``), returns at once: calls wait in the pipes
 of writers still starting (a full one waits for room even with ``on_full="drop"``), and a start
 failure is reported by the reply thread like any failure, at the caller's next call, with its
 original type. With ``wait`` (``Monitor(wait=True)``, or a ``resume`` other than ``"never"``) it
@@ -43,7 +46,7 @@ running writer come back on its reply pipe, read by one thread (which also passe
 writer's stdout and stderr, a pipe of its own: a writer never holds this process's output open),
 and are reported on the caller's thread at its next call (``policy.Policy``). A writer that dies
 (a segfault in a native extension) or ends by itself (SIGTERM sent to it alone) is reported once
-as ``WriterDied``, naming why; the others go on. ``close`` waits for every writer to exit, all
+as ``WriterDied``, naming why; the others go on. ``WriterHost.close`` waits for every writer to exit, all
 at once, at most ``timeout`` seconds; a writer still running then is killed with what its SDK
 started (its session's process group) and its calls counted in ``undelivered``; every writer is
 reaped. A writer still *starting* then (importing its SDK, starting its run: a slow start on a
@@ -63,9 +66,10 @@ training process dies ends within ``writer.DRAIN_SECONDS`` even when stuck insid
 
 A backend class that a fresh interpreter might not import by module path (defined in
 ``__main__``, a notebook cell, a test module or function: anything but an installed
-distribution or a folder on ``PYTHONPATH``) or whose options do not pickle runs in a worker
-thread instead (``threads.ThreadDispatch``), with one INFO log line. Where no writer can
-be started (no ``fork``/``exec``, no pipes) every backend runs in a thread, with one warning.
+distribution or a folder on ``PYTHONPATH``) or whose options do not pickle gets a thread
+channel instead (``why_not_in_a_process``; ``threads.ThreadChannel``), with one INFO log
+line, while its neighbours keep their writers. Where no writer can be started (no
+``fork``/``exec``, no pipes) every backend gets a thread channel, with one warning.
 """
 
 from __future__ import annotations
@@ -129,7 +133,7 @@ class WriterChannel(Channel):
         fd: the write end of the data pipe (non-blocking), or ``-1`` once closed.
         process: the ``subprocess.Popen`` of the writer.
         ready: ``None`` while starting, then ``True`` or the start failure (an exception).
-        facts: what the backend told at its start (``Dispatch.facts``).
+        facts: what the backend told at its start (``FanOut.facts``).
         handled: calls the writer reported done; ``skipped``: calls it never got.
         flushed: the last flush marker the writer answered.
         dead: the writer ended without being asked to (or was killed).
