@@ -35,24 +35,25 @@ request after the data logged before it. The fan-out's ``stop`` marks every writ
 before it sends any stop request, so a writer that exits on its request is never taken for a
 dead one.
 
-Start-up: ``WriterHost.launch`` starts every writer at once (each with SIGTERM blocked until its handler
-is in place) and the fan-out, by default (``Monitor(wait=False)``), returns at once: calls wait in the pipes
-of writers still starting (a full one waits for room even with ``on_full="drop"``), and a start
-failure is reported by the reply thread like any failure, at the caller's next call, with its
-original type. With ``wait`` (``Monitor(wait=True)``, or a ``resume`` other than ``"never"``) it
-returns when each replied ready or failed (``STARTUP_SECONDS`` at most, naming the backend),
-re-raising a start failure with its original type and message. Failures and warnings of a
-running writer come back on its reply pipe, read by one thread (which also passes on the
-writer's stdout and stderr, a pipe of its own: a writer never holds this process's output open),
-and are reported on the caller's thread at its next call (``policy.Policy``). A writer that dies
-(a segfault in a native extension) or ends by itself (SIGTERM sent to it alone) is reported once
-as ``WriterDied``, naming why; the others go on. ``WriterHost.close`` waits for every writer to exit, all
-at once, at most ``timeout`` seconds; a writer still running then is killed with what its SDK
-started (its session's process group) and its calls counted in ``undelivered``; every writer is
-reaped. A writer still *starting* then (importing its SDK, starting its run: a slow start on a
-loaded node, or a SIGTERM soon after ``Monitor()``) is not killed, since that would lose every
-call it holds while nothing is wrong with it: it has the stop request, writes everything once
-started and exits by itself (once this process has ended, within ``writer.START_SECONDS`` +
+Start-up: ``WriterHost.launch`` starts every writer at once (each with SIGTERM blocked until
+its handler is in place) and the fan-out, by default (``Monitor(wait=False)``), returns at
+once: calls wait in the pipes of writers still starting (a full one waits for room even with
+``on_full="drop"``), and a start failure is reported by the reply thread like any failure, at
+the caller's next call, with its original type. With ``wait`` (``Monitor(wait=True)``, or a
+``resume`` other than ``"never"``) it returns when each replied ready or failed
+(``STARTUP_SECONDS`` at most, naming the backend), re-raising a start failure with its original
+type and message. Failures and warnings of a running writer come back on its reply pipe, read
+by one thread (which also passes on the writer's stdout and stderr, a pipe of its own: a writer
+never holds this process's output open), and are reported on the caller's thread at its next
+call (``policy.Policy``). A writer that dies (a segfault in a native extension) or ends by
+itself (SIGTERM sent to it alone) is reported once as ``WriterDied``, naming why; the others go
+on. ``WriterHost.close`` waits for every writer to exit, all at once, at most ``timeout``
+seconds; a writer still running then is killed with what its SDK started (its session's process
+group) and its calls counted in ``undelivered``; every writer is reaped. A writer still
+*starting* then (importing its SDK, starting its run: a slow start on a loaded node, or a
+SIGTERM soon after ``Monitor()``) is not killed, since that would lose every call it holds
+while nothing is wrong with it: it has the stop request, writes everything once started and
+exits by itself (once this process has ended, within ``writer.START_SECONDS`` +
 ``writer.DRAIN_SECONDS`` at most).
 
 Termination (``core_monitor.shutdown``): on SIGTERM this process closes its monitors, and the
