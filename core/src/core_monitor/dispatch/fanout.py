@@ -73,6 +73,13 @@ logger = logging.getLogger("core_monitor")
 MODE_KINDS = {"process": "process", "thread": "thread", "background": "thread",
               "sync": "inline"}
 
+#: Why calls never reached a backend, and why they were dropped, per kind of channel.
+_LOST = {"process": ("not written when close(timeout={timeout}) gave up or its writer process "
+                     "had ended; the backend is not closed"),
+         "thread": "still queued when close(timeout={timeout}) gave up; the backend is not closed"}
+_DROPPED = {"process": "dropped, its buffer was full (on_full='drop')",
+            "thread": "dropped, its queue was full (on_full='drop')"}
+
 _put = SimpleQueue.put
 _write = os.write
 _consume: Callable[[Iterable[Any]], None] = deque(maxlen=0).extend  # an iterator's end, in C
@@ -537,18 +544,7 @@ class FanOut:
                 self.undelivered[channel.name] = (
                     self.undelivered.get(channel.name, 0) + channel.pending()
                 )
-        if self._host is not None:
-            lost_why = (f"not written when close(timeout={timeout}) gave up or its writer "
-                        "process had ended; the backend is not closed")
-            dropped_why = "dropped, its buffer was full (on_full='drop')"
-        else:
-            lost_why = (f"still queued when close(timeout={timeout}) gave up; the backend is "
-                        "not closed")
-            dropped_why = "dropped, its queue was full (on_full='drop')"
-        if self.undelivered:
-            report_lost(self.undelivered, lost_why)
-        if self.dropped:
-            report_lost(self.dropped, dropped_why)
+        self._report_losses(timeout)
         self.policy.deliver(raising=False)
         backends = [b for b in self.backends if b.name not in stuck]
         self._inline, self._threads, self._queues = [], [], []  # never called again
@@ -562,6 +558,17 @@ class FanOut:
                 except Exception as error:
                     self.policy.failed(backend.name, hook, error)
         self.policy.raise_pending()
+
+    def _report_losses(self, timeout: float | None) -> None:
+        """Report what never reached each backend (``undelivered``), then what was dropped for
+        it (``dropped``), in the words of its channel's kind."""
+        kinds = {channel.name: channel.kind for channel in self.channels}
+        for counts, texts in ((self.undelivered, _LOST), (self.dropped, _DROPPED)):
+            by_kind: dict[str, dict[str, int]] = {}
+            for name, count in counts.items():
+                by_kind.setdefault(kinds.get(name, "process"), {})[name] = count
+            for kind, part in by_kind.items():
+                report_lost(part, texts.get(kind, texts["process"]).format(timeout=timeout))
 
     # Fork --------------------------------------------------------------------------------
 
