@@ -132,6 +132,7 @@ class FanOut:
         self._host: WriterHost | None = None  # what the writer channels share
         # The hot path's lists, per kind, in start order:
         self._inline: list[InlineChannel] = []
+        self._inline_writers: list[tuple[str, Callable[..., Any]]] = []  # (name, monitor_write)
         self._threads: list[ThreadChannel] = []
         self._queues: list[SimpleQueue[tuple[str, Any]]] = []  # the thread channels' queues
         self._live: list[WriterChannel] = []  # the writer channels still sent to
@@ -274,6 +275,8 @@ class FanOut:
         """Hold ``channels`` (start order) and the hot path's lists of each kind."""
         self.channels = channels
         self._inline = [c for c in channels if isinstance(c, InlineChannel)]
+        self._inline_writers = [(c.name, c.hooks["monitor_write"]) for c in self._inline
+                                if "monitor_write" in c.hooks]
         self._threads = [c for c in channels if isinstance(c, ThreadChannel)]
         self._queues = [c.items for c in self._threads]
         self._live = [c for c in channels if isinstance(c, WriterChannel) and c.sending]
@@ -333,7 +336,17 @@ class FanOut:
         elif self._queues:
             _consume(map(_put, self._queues_with_room(), repeat((hook, kwargs))))
         if self._inline:
-            self._call_inline(hook, kwargs)
+            if hook == "monitor_write":  # log()'s hot path: no further call in between
+                failed = self.policy.failed
+                events = kwargs["events"]
+                for name, write in self._inline_writers:
+                    try:
+                        write(events=events)
+                    except Exception as error:
+                        failed(name, hook, error)
+                self.policy.raise_pending()
+            else:
+                self._call_inline(hook, kwargs)
 
     def _call_inline(self, hook: str, kwargs: dict[str, Any]) -> None:
         """Call ``hook(**kwargs)`` on every in-line backend implementing it, in start order;
@@ -547,7 +560,8 @@ class FanOut:
         self._report_losses(timeout)
         self.policy.deliver(raising=False)
         backends = [b for b in self.backends if b.name not in stuck]
-        self._inline, self._threads, self._queues = [], [], []  # never called again
+        # Never called again:
+        self._inline, self._inline_writers, self._threads, self._queues = [], [], [], []
         for hook in ("monitor_flush", "monitor_close"):
             for backend in reversed(backends):
                 function = backend.hooks.get(hook)
