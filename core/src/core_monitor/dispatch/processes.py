@@ -138,6 +138,11 @@ class WriterChannel(Channel):
         handled: calls the writer reported done; ``skipped``: calls it never got.
         flushed: the last flush marker the writer answered.
         dead: the writer ended without being asked to (or was killed).
+        sending: whether the fan-out still writes to it (``False`` once it is found gone, and
+            from ``close`` on).
+
+    Raises:
+        OSError: a pipe, the shared memory or the process could not be made.
     """
 
     kind: ClassVar[str] = "process"
