@@ -13,7 +13,7 @@ PLUGIN_MODULES = {
     "trackio": "trackio_monitor", "tensorboard": "tensorboard_monitor",
     "wandb": "wandb_monitor", "mlflow": "mlflow_monitor", "csv": "csv_monitor",
     "comet": "comet_monitor", "aim": "aim_monitor", "dvclive": "dvclive_monitor",
-    "swanlab": "swanlab_monitor",
+    "swanlab": "swanlab_monitor", "clearml": "clearml_monitor",
 }
 #: The backends installed here, in that order: a plugin whose SDK has no build for this Python
 #: (aim-monitor on 3.13, see noxfile.UNSUPPORTED_PYTHONS) is not installed in that session.
@@ -90,3 +90,9 @@ def _swanlab_crash(swanlab_monitor: ModuleType, run: RunInfo, reason: str,
                    last_step: int) -> None:
     state, error = swanlab_monitor.read_finish(run) or ("no finish record", "")
     assert state == "RUN_STATE_CRASHED" and error.startswith(reason)
+
+
+def _clearml_crash(clearml_monitor: ModuleType, run: RunInfo, reason: str,
+                   last_step: int) -> None:
+    crash = clearml_monitor.read_crash(run)
+    assert crash is not None and crash.startswith(reason)
