@@ -44,10 +44,10 @@ class ClearmlMonitor:
     iteration=<step>)``: ClearML's iteration is the caller's step exactly (0 .. 2**63-1), the
     value a float64 as logged, NaN and +-inf kept (``Logger.set_reporting_nan_value`` and
     ``set_reporting_inf_value`` are set to NaN and inf, and to -inf around a -inf: ClearML's
-    default stores them all as 0, a setting of the whole process). Config: the hyperparameter section ``General``, one
-    ``task.set_parameter`` per key (merged by ``monitor_config``). Media: not stored (ClearML
-    keeps debug images as JPEG by default and histograms as plots; the core skips them and
-    reports it once).
+    default stores them all as 0, a setting of the whole process). Config: the hyperparameter
+    section ``General``, one ``task.set_parameter`` per key (merged by ``monitor_config``).
+    Media: not stored (ClearML keeps debug images as JPEG by default and histograms as plots;
+    the core skips them and reports it once).
 
     Nothing that samples or patches the process: ``auto_connect_frameworks=False``,
     ``auto_connect_arg_parser=False``, ``auto_resource_monitoring=False``,
