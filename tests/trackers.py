@@ -6,7 +6,7 @@ import importlib
 import importlib.util
 from types import ModuleType
 
-from core_monitor import RunInfo
+from core_monitor import Capabilities, RunInfo, discovery
 
 #: Every first-party backend -> its plugin's module, in the order the tests select them.
 PLUGIN_MODULES = {
@@ -22,9 +22,11 @@ PLUGINS: dict[str, ModuleType] = {
     if importlib.util.find_spec(module) is not None
 }
 BACKENDS = list(PLUGINS)
-#: The backends that continue a run (``supports_resume``): the resume tests select these.
-#: SwanLab resumes only on its cloud.
-RESUMABLE = [name for name in BACKENDS if name != "swanlab"]
+#: The backends that continue a run (``Capabilities.supports_resume``): the resume tests select
+#: these. Not SwanLab (it resumes only on its cloud) nor ClearML (an offline session cannot be
+#: continued).
+RESUMABLE = [name for name in BACKENDS if Capabilities.of(
+    discovery.load_backend(discovery.find_backend(name))).supports_resume]
 #: Backend name -> its plugin's ``read_rows(run)``: ``[(tag, step, value)]`` from its storage.
 READERS = {name: module.read_rows for name, module in PLUGINS.items()}
 

@@ -90,8 +90,12 @@ def test_a_second_task_open_in_one_process_is_refused_naming_the_fix(tmp_path: P
 
 
 def test_crash_marks_the_task(tmp_path: Path) -> None:
+    from clearml.utilities.check_updates import CheckPackageUpdates
+
     run = RunInfo(project="p", name="r", log_dir=tmp_path)
     backend = ClearmlMonitor(run)
+    # Task.init's request to updates.clear.ml is marked as made, so it is never made
+    assert CheckPackageUpdates._package_version_checked is True
     backend.monitor_crash("the training process (pid 1) ended without closing the monitor")
     backend.monitor_close()
     assert clearml_monitor.read_crash(run).startswith("the training process (pid 1)")

@@ -52,7 +52,8 @@ class ClearmlMonitor:
     Nothing that samples or patches the process: ``auto_connect_frameworks=False``,
     ``auto_connect_arg_parser=False``, ``auto_resource_monitoring=False``,
     ``auto_connect_streams=False``; events are written by a thread, not a subprocess forked
-    from the trainer (``_compat``).
+    from the trainer, and ClearML's update check (a request to ``updates.clear.ml`` at every
+    first ``Task.init`` of a process, offline too) is not made (``_compat``).
 
     ClearML allows one open task per process: a second ``ClearmlMonitor`` while one is open in
     the same process raises ``ConfigError`` (``dispatch="process"``, the default, gives each
@@ -109,6 +110,7 @@ class ClearmlMonitor:
                 "writer process of its own: Monitor(..., dispatch='process') (the default)")
         self._info = run
         _compat.use_report_thread()
+        _compat.no_update_check()  # Task.init would ask updates.clear.ml, offline too
         if offline:
             Task.set_offline(True)
         Logger.set_reporting_nan_value(math.nan, warn_period=QUIET)
