@@ -102,7 +102,7 @@ class ClearmlMonitor:
                  offline: bool = True) -> None:
         from clearml import Logger, Task
 
-        current = Task.current_task()
+        current: Any = Task.current_task()
         if current is not None:
             raise ConfigError(
                 f"clearml: a ClearML task ({current.name!r}) is already open in this process "
@@ -117,13 +117,13 @@ class ClearmlMonitor:
         Logger.set_reporting_inf_value(math.inf, warn_period=QUIET)
         self._logger_class = Logger
         with _cache_dir(run):
-            self._task = Task.init(
+            self._task: Any = Task.init(
                 project_name=run.project, task_name=run.ranked_name,
                 tags=list(tags) if tags else None, reuse_last_task_id=False,
                 auto_connect_frameworks=False, auto_connect_arg_parser=False,
                 auto_resource_monitoring=False, auto_connect_streams=False)
             self._task.get_offline_mode_folder()  # resolved (and kept) under this cache dir
-        self._logger = self._task.get_logger()
+        self._logger: Any = self._task.get_logger()
         self._set_config(dict(run.config))
         self._closed = False
 

@@ -10,7 +10,7 @@ crash mark from ``log.jsonl``.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,8 @@ from .storage import CRASH_PREFIX, SECTION, cache_dir
 __all__ = ["find_session", "read_config", "read_crash", "read_rows"]
 
 #: ``task.json``'s value type -> how to read the value back (other types stay text).
-_TYPES = {"int": int, "float": float, "bool": lambda text: text == "True", "str": str}
+_TYPES: dict[str, Callable[[str], Any]] = {
+    "int": int, "float": float, "bool": lambda text: text == "True", "str": str}
 
 
 def find_session(run: RunInfo, *, cache: str | Path | None = None) -> Path:
