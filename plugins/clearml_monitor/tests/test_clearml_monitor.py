@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from importlib.metadata import entry_points
 from pathlib import Path
 
@@ -56,6 +57,8 @@ def test_clearmls_own_api_and_ours_read_back_alike(tmp_path: Path) -> None:
     Logger.set_reporting_inf_value(math.inf)
     with pytest.MonkeyPatch.context() as env:
         env.setenv("CLEARML_CACHE_DIR", str(tmp_path / "clearml"))
+        env.setenv("CLEARML_PROC_MASTER_ID", "")  # Task.init sets it: back to unset after
+        env.delenv("CLEARML_PROC_MASTER_ID")
         task = Task.init(project_name="p", task_name="theirs", tags=["baseline"],
                          auto_connect_frameworks=False, auto_connect_arg_parser=False,
                          auto_resource_monitoring=False, auto_connect_streams=False,
@@ -99,6 +102,8 @@ def test_crash_marks_the_task(tmp_path: Path) -> None:
     backend.monitor_crash("the training process (pid 1) ended without closing the monitor")
     backend.monitor_close()
     assert clearml_monitor.read_crash(run).startswith("the training process (pid 1)")
+    # a process started now (a later Monitor's writer) is not taken for a child of this task
+    assert "CLEARML_PROC_MASTER_ID" not in os.environ
     task = json.loads((clearml_monitor.find_session(run) / "task.json").read_text())
     assert clearml_monitor.CRASH_TAG in task["tags"]
 

@@ -6,6 +6,8 @@ never at import of this module.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
 import math
 import os
@@ -23,6 +25,10 @@ if TYPE_CHECKING:
 
     from core_monitor.hookspecs import Backend
 
+#: The variable ``Task.init`` sets in ``os.environ`` (``<pid>:<task id>``): ClearML takes a
+#: process that inherits it for a subprocess of that task, so a ``Task.init`` there (a writer
+#: process of a later ``Monitor``) would not start a task of its own. ``close`` restores it.
+MASTER_VARIABLE = "CLEARML_PROC_MASTER_ID"
 #: The warning period given with the NaN and inf values: ClearML would say every 1000th NaN
 #: that it reports it as NaN.
 QUIET = 2**62
@@ -66,6 +72,12 @@ class ClearmlMonitor:
         offline: ``True`` (default): an offline session under ``log_dir``, nothing sent;
             ``False``: the server of ClearML's own configuration (``clearml.conf``,
             ``CLEARML_API_HOST``).
+        quiet: ``True`` (default): ClearML's lines at ``Task.init`` and ``close`` (the task
+            id, the session's folder and ``.zip``), which it writes with ``print()``, go
+            nowhere: ``sys.stdout`` is replaced for those two calls (in ``dispatch="thread"``
+            or ``"sync"``, the training process's own prints during them too). In a writer
+            process this also keeps a training process that died (its end of the writer's
+            output pipe closed) from failing ``Task.init`` with ``BrokenPipeError``.
 
     Raises:
         ConfigError: a ClearML task is already open in this process; (``check_options``) a
@@ -99,7 +111,7 @@ class ClearmlMonitor:
         return _compat.problems()
 
     def __init__(self, run: RunInfo, *, tags: Sequence[str] | None = None,
-                 offline: bool = True) -> None:
+                 offline: bool = True, quiet: bool = True) -> None:
         from clearml import Logger, Task
 
         current: Any = Task.current_task()
@@ -109,6 +121,8 @@ class ClearmlMonitor:
                 "and ClearML allows one per process; close it first, or run each monitor in a "
                 "writer process of its own: Monitor(..., dispatch='process') (the default)")
         self._info = run
+        self._quiet = quiet
+        self._master_before = os.environ.get(MASTER_VARIABLE)
         _compat.use_report_thread()
         _compat.no_update_check()  # Task.init would ask updates.clear.ml, offline too
         if offline:
@@ -116,7 +130,7 @@ class ClearmlMonitor:
         Logger.set_reporting_nan_value(math.nan, warn_period=QUIET)
         Logger.set_reporting_inf_value(math.inf, warn_period=QUIET)
         self._logger_class = Logger
-        with _cache_dir(run):
+        with _cache_dir(run), self._silenced():
             self._task: Any = Task.init(
                 project_name=run.project, task_name=run.ranked_name,
                 tags=list(tags) if tags else None, reuse_last_task_id=False,
@@ -168,12 +182,24 @@ class ClearmlMonitor:
 
     @hookimpl
     def monitor_close(self) -> None:
-        """Close the task (offline: the session's ``.zip`` is written beside its folder). A
-        second call does nothing."""
+        """Close the task (offline: the session's ``.zip`` is written beside its folder) and put
+        back ``CLEARML_PROC_MASTER_ID`` as it was before ``Task.init``. A second call does
+        nothing."""
         if self._closed:
             return
         self._closed = True
-        self._task.close()
+        with self._silenced():
+            self._task.close()
+        if self._master_before is None:
+            os.environ.pop(MASTER_VARIABLE, None)
+        else:
+            os.environ[MASTER_VARIABLE] = self._master_before
+
+    def _silenced(self) -> contextlib.AbstractContextManager[Any]:
+        """``sys.stdout`` to nowhere inside the block when ``quiet``."""
+        if not self._quiet:
+            return contextlib.nullcontext()
+        return contextlib.redirect_stdout(io.StringIO())
 
 
 @contextmanager
