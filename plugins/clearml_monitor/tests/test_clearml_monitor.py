@@ -57,8 +57,9 @@ def test_clearmls_own_api_and_ours_read_back_alike(tmp_path: Path) -> None:
     Logger.set_reporting_inf_value(math.inf)
     with pytest.MonkeyPatch.context() as env:
         env.setenv("CLEARML_CACHE_DIR", str(tmp_path / "clearml"))
-        env.setenv("CLEARML_PROC_MASTER_ID", "")  # Task.init sets it: back to unset after
-        env.delenv("CLEARML_PROC_MASTER_ID")
+        for name in ("CLEARML_PROC_MASTER_ID", "TRAINS_PROC_MASTER_ID"):
+            env.setenv(name, "")  # Task.init sets both: back to unset after, or a later
+            env.delenv(name)  # process of this test session is taken for this task's child
         task = Task.init(project_name="p", task_name="theirs", tags=["baseline"],
                          auto_connect_frameworks=False, auto_connect_arg_parser=False,
                          auto_resource_monitoring=False, auto_connect_streams=False,
@@ -104,6 +105,7 @@ def test_crash_marks_the_task(tmp_path: Path) -> None:
     assert clearml_monitor.read_crash(run).startswith("the training process (pid 1)")
     # a process started now (a later Monitor's writer) is not taken for a child of this task
     assert "CLEARML_PROC_MASTER_ID" not in os.environ
+    assert "TRAINS_PROC_MASTER_ID" not in os.environ
     task = json.loads((clearml_monitor.find_session(run) / "task.json").read_text())
     assert clearml_monitor.CRASH_TAG in task["tags"]
 

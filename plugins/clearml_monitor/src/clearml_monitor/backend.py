@@ -25,10 +25,12 @@ if TYPE_CHECKING:
 
     from core_monitor.hookspecs import Backend
 
-#: The variable ``Task.init`` sets in ``os.environ`` (``<pid>:<task id>``): ClearML takes a
-#: process that inherits it for a subprocess of that task, so a ``Task.init`` there (a writer
-#: process of a later ``Monitor``) would not start a task of its own. ``close`` restores it.
-MASTER_VARIABLE = "CLEARML_PROC_MASTER_ID"
+#: The variable ``Task.init`` sets in ``os.environ`` (``<pid>:<task id>``), under both of its
+#: names (ClearML's ``PROC_MASTER_ID_ENV_VAR``; ``TRAINS_`` is the name before ClearML): ClearML
+#: takes a process that inherits either for a subprocess of that task, so a ``Task.init`` there
+#: (a writer process of a later ``Monitor``) would not start a task of its own. ``close``
+#: restores both, as ClearML's own pipeline controller pops both before starting a step.
+MASTER_VARIABLES = ("CLEARML_PROC_MASTER_ID", "TRAINS_PROC_MASTER_ID")
 #: The warning period given with the NaN and inf values: ClearML would say every 1000th NaN
 #: that it reports it as NaN.
 QUIET = 2**62
@@ -122,7 +124,7 @@ class ClearmlMonitor:
                 "writer process of its own: Monitor(..., dispatch='process') (the default)")
         self._info = run
         self._quiet = quiet
-        self._master_before = os.environ.get(MASTER_VARIABLE)
+        self._master_before = {name: os.environ.get(name) for name in MASTER_VARIABLES}
         _compat.use_report_thread()
         _compat.no_update_check()  # Task.init would ask updates.clear.ml, offline too
         if offline:
@@ -183,17 +185,19 @@ class ClearmlMonitor:
     @hookimpl
     def monitor_close(self) -> None:
         """Close the task (offline: the session's ``.zip`` is written beside its folder) and put
-        back ``CLEARML_PROC_MASTER_ID`` as it was before ``Task.init``. A second call does
+        back ``CLEARML_PROC_MASTER_ID`` and ``TRAINS_PROC_MASTER_ID`` as they were before
+        ``Task.init``. A second call does
         nothing."""
         if self._closed:
             return
         self._closed = True
         with self._silenced():
             self._task.close()
-        if self._master_before is None:
-            os.environ.pop(MASTER_VARIABLE, None)
-        else:
-            os.environ[MASTER_VARIABLE] = self._master_before
+        for name, before in self._master_before.items():
+            if before is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = before
 
     def _silenced(self) -> contextlib.AbstractContextManager[Any]:
         """``sys.stdout`` to nowhere inside the block when ``quiet``."""
