@@ -219,7 +219,7 @@ def frameworks(session: nox.Session) -> None:
     session.install("--no-build-isolation-package", "deepspeed", *FRAMEWORKS)
     env = offline_env(session)
     # DeepSpeed compiles a small shared-memory op on CPU on first use (about a minute); keep it.
-    env["TORCH_EXTENSIONS_DIR"] = str(Path(session.cache_dir) / "torch_extensions")
+    env["TORCH_EXTENSIONS_DIR"] = str((Path(session.cache_dir) / "torch_extensions").resolve())
     env["DS_ACCELERATOR"] = "cpu"
     session.run("pytest", "--timeout=900", *(session.posargs or ["tests/frameworks"]), env=env)
 
