@@ -19,12 +19,13 @@ from core_monitor.testing import MonitorContract
 
 
 class TestClearmlContract(MonitorContract):
-    """Every check of the kit: steps, values, flush, close, config, runs kept apart, ranks.
+    """Every check of the kit: steps, values, flush, close, config, media, runs kept apart, ranks.
     The kit's monitors run the backend on a worker thread, one task at a time."""
 
     backend_class = ClearmlMonitor
     read_rows = staticmethod(clearml_monitor.read_rows)
     read_config = staticmethod(clearml_monitor.read_config)
+    read_media = staticmethod(clearml_monitor.read_media)
 
 
 def test_the_entry_points_name_the_backend_and_its_reader() -> None:
