@@ -117,3 +117,25 @@ def test_the_clearml_internals_used_are_there() -> None:
 
     assert clearml_monitor._compat.problems() == []
     assert Capabilities.of(ClearmlMonitor).sdk == "clearml"
+
+
+def test_a_task_json_being_rewritten_or_a_batch_being_appended_is_not_read_half(
+    tmp_path: Path,
+) -> None:
+    """ClearML rewrites ``task.json`` in place (truncate, then write) whenever an open task
+    changes, from its own threads too, and appends ``metrics.jsonl`` a batch at a time: the
+    reader reads a ``task.json`` that is not JSON again (and passes over one that stays so),
+    and leaves out a last line that has no newline yet."""
+    with Monitor(["clearml"], project="p", name="r", log_dir=tmp_path, config={"lr": 0.5},
+                 dispatch="thread") as monitor:
+        monitor.log({"loss": 1.0}, step=1)
+    other = tmp_path / "clearml" / "offline" / "other"
+    other.mkdir()
+    (other / "task.json").write_text("")  # another session's, caught mid-rewrite for good
+    session = clearml_monitor.find_session(monitor.run)
+    with (session / "metrics.jsonl").open("a") as file:
+        file.write('[{"type": "training_stats_scalar", "iter": 2, "variant": "lo')
+    assert read_rows(monitor.run) == [("loss", 1, 1.0)]
+    assert read_config(monitor.run) == {"lr": 0.5}
+    with pytest.raises(LookupError, match=r"1 task.json not JSON, e.g. .*other"):
+        read_rows(RunInfo(project="p", name="nope", log_dir=tmp_path))

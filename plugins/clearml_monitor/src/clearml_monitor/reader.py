@@ -12,6 +12,7 @@ Pillow (ClearML's own requirements) are imported by ``read_media`` only.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,25 @@ __all__ = ["find_session", "read_config", "read_crash", "read_media", "read_rows
 #: ``task.json``'s value type -> how to read the value back (other types stay text).
 _TYPES: dict[str, Callable[[str], Any]] = {
     "int": int, "float": float, "bool": lambda text: text == "True", "str": str}
+#: How often, and how many seconds apart, a ``task.json`` that is not (yet) whole JSON is read
+#: again: ClearML rewrites it in place (truncate, then write) whenever an open task changes,
+#: from threads of its own too (its repository detection, after ``Task.init``), so a reader
+#: can find it empty for a moment.
+TASK_READS, TASK_READ_PAUSE = 100, 0.01
+
+
+def _task(path: Path) -> dict[str, Any] | None:
+    """``task.json`` at ``path``, read again while ClearML is rewriting it; ``None`` when it
+    stays unreadable (``TASK_READS`` reads)."""
+    for attempt in range(TASK_READS):
+        try:
+            task = json.loads(path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            if attempt + 1 < TASK_READS:
+                time.sleep(TASK_READ_PAUSE)
+            continue
+        return task if isinstance(task, dict) else None
+    return None
 
 
 def find_session(run: RunInfo, *, cache: str | Path | None = None) -> Path:
@@ -53,14 +73,18 @@ def find_session(run: RunInfo, *, cache: str | Path | None = None) -> Path:
     folder = Path(cache) if cache is not None else cache_dir(run)
     if folder is None:
         raise LookupError("no log_dir and no CLEARML_CACHE_DIR: give one to find the session")
-    found = []
+    found, unreadable = [], []
     for path in (folder / "offline").glob("*/task.json"):
-        task = json.loads(path.read_text(encoding="utf-8"))
-        if task.get("project_name") == run.project and task.get("name") == run.ranked_name:
+        task = _task(path)
+        if task is None:
+            unreadable.append(path)
+        elif task.get("project_name") == run.project and task.get("name") == run.ranked_name:
             found.append(path.parent)
     if not found:
         raise LookupError(f"no ClearML offline session of project {run.project!r} named "
-                          f"{run.ranked_name!r} under {folder}/offline")
+                          f"{run.ranked_name!r} under {folder}/offline" + (
+                              f" ({len(unreadable)} task.json not JSON, e.g. {unreadable[0]})"
+                              if unreadable else ""))
     return max(found, key=lambda path: path.stat().st_mtime_ns)
 
 
@@ -70,6 +94,8 @@ def _lines(path: Path) -> Iterator[dict[str, Any]]:
         return
     with path.open(encoding="utf-8") as file:
         for line in file:
+            if not line.endswith("\n"):  # a batch ClearML is appending right now
+                return
             if line.strip():
                 yield from json.loads(line)
 
@@ -88,7 +114,7 @@ def read_config(run: RunInfo, *, cache: str | Path | None = None) -> dict[str, A
     with it (``int``, ``float``, ``bool``, ``str``; any other as its text).
     Args, Raises: as ``find_session``."""
     session = find_session(run, cache=cache)
-    task = json.loads((session / "task.json").read_text(encoding="utf-8"))
+    task = _task(session / "task.json") or {}
     section = (task.get("hyperparams") or {}).get(SECTION, {})
     return {name: _TYPES.get(entry.get("type"), str)(entry.get("value", ""))
             for name, entry in section.items()}
