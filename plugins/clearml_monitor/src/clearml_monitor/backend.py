@@ -47,8 +47,9 @@ MASTER_VARIABLES = ("CLEARML_PROC_MASTER_ID", "TRAINS_PROC_MASTER_ID")
 QUIET = 2**62
 #: Config value types ClearML keeps with the value (``type`` in ``task.json``).
 TYPED = (bool, int, float, str)
-#: ``max_history`` of ``Logger.report_media``: keep every debug sample (ClearML's default, 5,
-#: names the files by a counter modulo 5, so the sixth sample of a tag replaces the first).
+#: ``max_history`` of ``Logger.report_media``: keep every debug sample. ClearML's default
+#: (``sdk.metrics.file_history_size``, 100 in its shipped configuration) names a tag's files by
+#: a counter modulo 100, so its 101st sample would replace the first.
 EVERY_SAMPLE = -1
 
 
