@@ -155,11 +155,12 @@ def read_media(run: RunInfo, *, cache: str | Path | None = None,
     session = find_session(run, cache=cache)
     media: list[tuple[str, int, Image | Histogram | Text]] = []
     for event in _lines(session / "metrics.jsonl"):
-        kind, tag, step = event.get("type"), event.get("variant"), event.get("iter")
+        kind, tag = event.get("type"), str(event.get("variant"))
+        step = int(event.get("iter") or 0)
         if kind == PLOT_EVENT:
             histogram = _histogram(event.get("plot_str") or "{}", np)
             if histogram is not None:
-                media.append((str(tag), int(step), histogram))
+                media.append((tag, step, histogram))
             continue
         key = str(event.get("key") or "")
         if kind != SAMPLE_EVENT or not key.endswith((IMAGE_EXTENSION, TEXT_EXTENSION)):
@@ -169,13 +170,13 @@ def read_media(run: RunInfo, *, cache: str | Path | None = None,
             raise FileNotFoundError(f"the debug sample of {tag!r} at step {step} is missing: "
                                     f"{path} (metrics.jsonl names it)")
         if key.endswith(TEXT_EXTENSION):
-            media.append((str(tag), int(step), Text(path.read_bytes().decode("utf-8"))))
+            media.append((tag, step, Text(path.read_bytes().decode("utf-8"))))
             continue
         with PILImage.open(path) as png:
             caption = getattr(png, "text", {}).get(CAPTION_CHUNK)
             pixels = np.asarray(png)
-        media.append((str(tag), int(step), Image(pixels.reshape(*pixels.shape[:2], -1),
-                                                 caption=caption)))
+        media.append((tag, step, Image(pixels.reshape(*pixels.shape[:2], -1),
+                                       caption=caption)))
     return media
 
 
