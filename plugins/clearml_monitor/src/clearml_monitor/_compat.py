@@ -16,6 +16,12 @@ events from a *subprocess* it forks from the training process on Linux (its conf
 liveness check, and forks the trainer; this plugin sets the class attribute the config key is
 read into to ``False`` before ``Task.init``, so events are written by a thread of the writer
 instead (``Task.close()`` in 0.1 s).
+
+Public calls whose keyword arguments ``problems()`` checks too: ``Task.init`` and the
+``Logger`` reports (``report_media``, ``report_histogram``). The reader depends on no ClearML
+name but on the offline session's files (``storage``): ``metrics.jsonl``'s events and the
+``data`` folder of the uploaded debug samples, as ClearML 2.1 writes them and its own
+``Task.import_offline_session`` reads them.
 """
 
 from __future__ import annotations
@@ -34,6 +40,11 @@ TESTED = "clearml>=2.1.12,<2.2"
 INIT_ARGUMENTS = ("project_name", "task_name", "tags", "reuse_last_task_id",
                   "auto_connect_frameworks", "auto_connect_arg_parser",
                   "auto_resource_monitoring", "auto_connect_streams")
+#: The keyword arguments of ``Logger.report_media`` (images and text) and
+#: ``Logger.report_histogram`` this plugin passes.
+MEDIA_ARGUMENTS = ("title", "series", "iteration", "stream", "file_extension", "max_history")
+HISTOGRAM_ARGUMENTS = ("title", "series", "values", "iteration", "xlabels", "xaxis", "yaxis",
+                       "data_args")
 #: The private attribute ``no_update_check`` sets (module, class, attribute).
 UPDATE_CHECK = ("clearml.utilities.check_updates", "CheckPackageUpdates",
                 "_package_version_checked")
@@ -58,8 +69,16 @@ def problems() -> list[str]:
     found += [f"clearml.{owner}.{name} is missing" for owner, name in (
         ("Task", "set_offline"), ("Task", "get_offline_mode_folder"), ("Task", "set_parameter"),
         ("Task", "mark_failed"), ("Logger", "set_reporting_nan_value"),
-        ("Logger", "set_reporting_inf_value"), ("Logger", "report_scalar"))
+        ("Logger", "set_reporting_inf_value"), ("Logger", "report_scalar"),
+        ("Logger", "report_media"), ("Logger", "report_histogram"))
         if not hasattr(getattr(clearml, owner), name)]
+    if found:
+        return found
+    for method, names in (("report_media", MEDIA_ARGUMENTS),
+                          ("report_histogram", HISTOGRAM_ARGUMENTS)):
+        parameters = inspect.signature(getattr(clearml.Logger, method)).parameters
+        found += [f"clearml.Logger.{method}() takes no {name!r} argument (tested: {TESTED})"
+                  for name in names if name not in parameters]
     module, owner, attribute = UPDATE_CHECK
     try:
         checker = getattr(importlib.import_module(module), owner)

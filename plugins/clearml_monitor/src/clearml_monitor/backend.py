@@ -1,4 +1,4 @@
-"""``ClearmlMonitor``: a run's scalars and config as a ClearML task.
+"""``ClearmlMonitor``: a run's scalars, media and config as a ClearML task.
 
 ClearML is imported when the first ``ClearmlMonitor`` is constructed (or by ``check_sdk``),
 never at import of this module.
@@ -16,14 +16,25 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from core_monitor import Capabilities, ConfigError, Event, RunInfo, hookimpl
+from core_monitor.media import Histogram, Image, MediaItem, Text
 
 from . import _compat
-from .storage import CRASH_PREFIX, CRASH_TAG, SECTION, cache_dir, title_of
+from .storage import (
+    CAPTION_CHUNK,
+    CRASH_PREFIX,
+    CRASH_TAG,
+    HISTOGRAM_EDGES,
+    IMAGE_EXTENSION,
+    SECTION,
+    TEXT_EXTENSION,
+    cache_dir,
+    title_of,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from core_monitor.hookspecs import Backend
+    from core_monitor.hookspecs import MediaBackend
 
 #: The variable ``Task.init`` sets in ``os.environ`` (``<pid>:<task id>``), under both of its
 #: names (ClearML's ``PROC_MASTER_ID_ENV_VAR``; ``TRAINS_`` is the name before ClearML): ClearML
@@ -36,6 +47,10 @@ MASTER_VARIABLES = ("CLEARML_PROC_MASTER_ID", "TRAINS_PROC_MASTER_ID")
 QUIET = 2**62
 #: Config value types ClearML keeps with the value (``type`` in ``task.json``).
 TYPED = (bool, int, float, str)
+#: ``max_history`` of ``Logger.report_media``: keep every debug sample. ClearML's default
+#: (``sdk.metrics.file_history_size``, 100 in its shipped configuration) names a tag's files by
+#: a counter modulo 100, so its 101st sample would replace the first.
+EVERY_SAMPLE = -1
 
 
 class ClearmlMonitor:
@@ -54,8 +69,14 @@ class ClearmlMonitor:
     ``set_reporting_inf_value`` are set to NaN and inf, and to -inf around a -inf: ClearML's
     default stores them all as 0, a setting of the whole process). Config: the hyperparameter
     section ``General``, one ``task.set_parameter`` per key (merged by ``monitor_config``).
-    Media: not stored (ClearML keeps debug images as JPEG by default and histograms as plots;
-    the core skips them and reports it once).
+    Media, at ``(title, series, iteration)`` as a scalar (``storage``): an image as a debug
+    sample, a PNG (``logger.report_media(stream=<png>, file_extension=".png")``: what ClearML's
+    UI shows as a debug image, pixels exact, where ``report_image(image=array)`` would encode
+    a JPEG), its caption in the PNG's text chunk ``Description`` (ClearML has no caption field
+    and its UI does not show it); a text as a debug sample ``.txt`` of its UTF-8 bytes (ClearML's
+    ``report_text`` lines have no iteration); a histogram as ClearML's histogram plot
+    (``logger.report_histogram``: counts as bars at the bin centres, of the bins' widths, each
+    bin's exact edges kept with it). Every sample is kept (``max_history=-1``).
 
     Nothing that samples or patches the process: ``auto_connect_frameworks=False``,
     ``auto_connect_arg_parser=False``, ``auto_resource_monitoring=False``,
@@ -91,6 +112,7 @@ class ClearmlMonitor:
         rows_readable_after="flush",  # Task.flush(wait_for_uploads=True) writes metrics.jsonl
         value_dtype="float64",
         stores_config=True,  # hyperparameters, section General
+        media_kinds=frozenset({"image", "histogram", "text"}),  # debug samples, plots
         supports_resume=False,  # an offline session cannot be continued
         tested_sdk=_compat.TESTED,  # outside this range the core warns once
     )
@@ -157,6 +179,39 @@ class ClearmlMonitor:
                     self._logger_class.set_reporting_inf_value(math.inf, warn_period=QUIET)
 
     @hookimpl
+    def monitor_write_media(self, items: Sequence[MediaItem]) -> None:
+        """Report each item at its step (``iteration``): an image or a text as a debug sample
+        (``report_media``), a histogram as a plot (``report_histogram``)."""
+        for item in items:
+            value = item.value
+            title = title_of(item.tag)
+            if isinstance(value, Histogram):
+                self._report_histogram(title, item.tag, item.step, value)
+                continue
+            if isinstance(value, Image):
+                stream, extension = _png(value), IMAGE_EXTENSION
+            elif isinstance(value, Text):
+                stream, extension = io.BytesIO(value.text.encode("utf-8")), TEXT_EXTENSION
+            else:  # the core sends only the declared kinds
+                continue
+            self._logger.report_media(title=title, series=item.tag, iteration=item.step,
+                                      stream=stream, file_extension=extension,
+                                      max_history=EVERY_SAMPLE)
+
+    def _report_histogram(self, title: str, series: str, step: int,
+                          histogram: Histogram) -> None:
+        """One bar per bin: at its centre, as wide as the bin, its edges in ``customdata``."""
+        counts, edges = histogram.binned()
+        left, right = edges[:-1].tolist(), edges[1:].tolist()
+        self._logger.report_histogram(
+            title=title, series=series, values=counts, iteration=step,
+            xlabels=((edges[:-1] + edges[1:]) / 2).tolist(), xaxis=series, yaxis="count",
+            data_args={"width": (edges[1:] - edges[:-1]).tolist(),
+                       HISTOGRAM_EDGES: [list(pair) for pair in zip(left, right, strict=True)],
+                       "hovertemplate": "[%{customdata[0]}, %{customdata[1]}]: %{y}"
+                                        "<extra></extra>"})
+
+    @hookimpl
     def monitor_config(self, config: Mapping[str, Any]) -> None:
         """Merge late hyperparameters into the section ``General``."""
         self._set_config(dict(config))
@@ -206,6 +261,24 @@ class ClearmlMonitor:
         return contextlib.redirect_stdout(io.StringIO())
 
 
+def _png(image: Image) -> io.BytesIO:
+    """``image`` as PNG bytes (grey, RGB or RGBA as given), its caption in the text chunk
+    ``storage.CAPTION_CHUNK``."""
+    import numpy as np
+    from PIL import Image as PILImage
+    from PIL.PngImagePlugin import PngInfo
+
+    pixels = np.asarray(image.array)
+    info = PngInfo()
+    if image.caption is not None:
+        info.add_text(CAPTION_CHUNK, image.caption)  # iTXt (UTF-8) when not Latin-1
+    stream = io.BytesIO()
+    PILImage.fromarray(pixels[:, :, 0] if pixels.shape[2] == 1 else pixels).save(
+        stream, format="PNG", pnginfo=info)
+    stream.seek(0)
+    return stream
+
+
 @contextmanager
 def _cache_dir(run: RunInfo) -> Iterator[None]:
     """``CLEARML_CACHE_DIR`` set to the run's cache folder (``storage.cache_dir``) inside the
@@ -223,4 +296,4 @@ def _cache_dir(run: RunInfo) -> Iterator[None]:
 
 
 if TYPE_CHECKING:  # a type checker proves the class has the shape core-monitor expects
-    _shape: type[Backend] = ClearmlMonitor
+    _shape: type[MediaBackend] = ClearmlMonitor
