@@ -58,6 +58,7 @@ PLUGINS = {
     "aim": ROOT / "plugins" / "aim_monitor",
     "dvclive": ROOT / "plugins" / "dvclive_monitor",
     "swanlab": ROOT / "plugins" / "swanlab_monitor",
+    "clearml": ROOT / "plugins" / "clearml_monitor",
 }
 #: Plugins whose SDK cannot be installed on a supported Python, and those Pythons: the
 #: sessions of those Pythons (``newest``, ``pythons``) leave them out, naming them. Aim's
@@ -218,7 +219,7 @@ def frameworks(session: nox.Session) -> None:
     session.install("--no-build-isolation-package", "deepspeed", *FRAMEWORKS)
     env = offline_env(session)
     # DeepSpeed compiles a small shared-memory op on CPU on first use (about a minute); keep it.
-    env["TORCH_EXTENSIONS_DIR"] = str(Path(session.cache_dir) / "torch_extensions")
+    env["TORCH_EXTENSIONS_DIR"] = str((Path(session.cache_dir) / "torch_extensions").resolve())
     env["DS_ACCELERATOR"] = "cpu"
     session.run("pytest", "--timeout=900", *(session.posargs or ["tests/frameworks"]), env=env)
 

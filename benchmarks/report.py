@@ -218,6 +218,13 @@ def start_close_rows(results: dict[str, Any], add: Any) -> None:
                     "time, spooled (now) vs pipe by pipe (before)",
                     f"{_num(c['a_us']['median'], 0)} µs", f"{_num(c['b_us']['median'], 0)} µs",
                     _range(c["ratio"], 2, "×"), "", "", None)
+    r = results.get("P-host")
+    if r and "error" not in r:
+        for name, row in r["backends"].items():
+            add("P-host", f"{name}: a writer's imports before its backend starts, fresh "
+                "interpreter (now) vs fork of a host that imported them (not built)",
+                _range(row["fresh_s"], 3, " s"), _range(row["fork_s"], 3, " s"),
+                _ratio(row["ratio"]), "", "", None)
     r = results.get("P7-sustained")
     if r and "error" not in r:
         for target, row in r["step_ms"].items():

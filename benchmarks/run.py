@@ -52,6 +52,7 @@ JOBS: list[tuple[str, tuple[str, ...]]] = [
     ("P-close", (*BACKENDS, "mlflow")),
     ("P7-sustained", (*BACKENDS, "mlflow")),
     ("P-large", ()),
+    ("P-host", (*BACKENDS, "mlflow")),
 ]
 JOB_TIMEOUT = 300
 #: Jobs that need longer (seconds, full run): P7 starts a monitor per arm and repetition;
@@ -69,7 +70,7 @@ PACKAGES = ("core-monitor", "trackio-monitor", "tensorboard-monitor", "wandb-mon
 #: Jobs whose module's ``run(quick, root)`` is the whole job, imported only when it runs.
 MODULE_JOBS = {"B1-mlflow": "b1_mlflow", "B6": "b6_scale", "B7": "b7_media",
                "P-start": "p_start", "P-close": "p_close", "P7-sustained": "p7_sustained",
-               "P-large": "p_large"}
+               "P-large": "p_large", "P-host": "p_host"}
 
 
 def worker(job: str, quick: bool, root: Path) -> dict[str, Any]:

@@ -60,6 +60,7 @@ FOLDERS = {
     "aim-monitor": ROOT / "plugins" / "aim_monitor",
     "dvclive-monitor": ROOT / "plugins" / "dvclive_monitor",
     "swanlab-monitor": ROOT / "plugins" / "swanlab_monitor",
+    "clearml-monitor": ROOT / "plugins" / "clearml_monitor",
 }
 #: The supported Pythons (noxfile.PYTHONS says the same; CI tests the lowest and the highest).
 PYTHONS = ("3.10", "3.11", "3.12", "3.13")
@@ -76,6 +77,7 @@ ENTRY_POINTS = {
     "aim-monitor": [("experiment_monitors", "aim")],
     "dvclive-monitor": [("experiment_monitors", "dvclive")],
     "swanlab-monitor": [("experiment_monitors", "swanlab")],
+    "clearml-monitor": [("experiment_monitors", "clearml")],
 }
 #: Distributions whose SDK cannot be installed on every supported Python: the Pythons they
 #: support (``Requires-Python`` then also names the first one left out). Aim's aimrocks has no

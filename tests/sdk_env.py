@@ -35,6 +35,7 @@ OFFLINE_ENV = {
     "SWANLAB_MODE": "offline",  # SwanLab's default is its cloud (online)
     "SWANLAB_PROBE_MONITOR": "false",  # SwanLab's hardware monitor thread (every 10 s)
     "SWANLAB_PROBE_REQUIREMENTS": "false",  # SwanLab runs `uv pip list`/`pip list` at init
+    "CLEARML_OFFLINE_MODE": "1",  # ClearML: an offline session whatever Task.set_offline says
 }
 #: Folders the SDKs (and the caches they use) read from the environment.
 FOLDER_ENV = (
@@ -42,6 +43,9 @@ FOLDER_ENV = (
     "TRACKIO_DIR", "HF_HOME", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "MPLCONFIGDIR",
     "COMET_OFFLINE_DIRECTORY", "COMET_CONFIG",  # COMET_CONFIG: a folder with .comet.config
     "SWANLAB_ROOT", "SWANLAB_LOG_DIR",
+    # ClearML writes ~/.clearml (its session cache) whatever its variables say; its config
+    # file: none there (CLEARML_CONFIG_FILE is a file, dropped below)
+    "HOME",
 )
 #: Variables that would change what a ``Monitor`` does (credentials, rank, disabled backends).
 DROP_ENV = ("WANDB_API_KEY", "HF_TOKEN", "RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS",
@@ -55,7 +59,9 @@ DROP_ENV = ("WANDB_API_KEY", "HF_TOKEN", "RANK", "WORLD_SIZE", "SLURM_PROCID", "
             "SWANLAB_SAVE_DIR",
             "COMET_API_KEY", "COMET_WORKSPACE", "COMET_PROJECT_NAME", "COMET_EXPERIMENT_KEY",
             "COMET_START_MODE", "COMET_START_ONLINE", "COMET_START_EXPERIMENT_KEY",
-            "COMET_START_EXPERIMENT_NAME")
+            "COMET_START_EXPERIMENT_NAME",
+            # ClearML: another cache folder (the sessions' place), config file or server
+            "CLEARML_CACHE_DIR", "CLEARML_CONFIG_FILE", "CLEARML_API_HOST")
 
 
 def sdk_folders(root: Path) -> dict[str, str]:

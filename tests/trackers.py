@@ -6,14 +6,14 @@ import importlib
 import importlib.util
 from types import ModuleType
 
-from core_monitor import RunInfo
+from core_monitor import Capabilities, RunInfo, discovery
 
 #: Every first-party backend -> its plugin's module, in the order the tests select them.
 PLUGIN_MODULES = {
     "trackio": "trackio_monitor", "tensorboard": "tensorboard_monitor",
     "wandb": "wandb_monitor", "mlflow": "mlflow_monitor", "csv": "csv_monitor",
     "comet": "comet_monitor", "aim": "aim_monitor", "dvclive": "dvclive_monitor",
-    "swanlab": "swanlab_monitor",
+    "swanlab": "swanlab_monitor", "clearml": "clearml_monitor",
 }
 #: The backends installed here, in that order: a plugin whose SDK has no build for this Python
 #: (aim-monitor on 3.13, see noxfile.UNSUPPORTED_PYTHONS) is not installed in that session.
@@ -22,9 +22,11 @@ PLUGINS: dict[str, ModuleType] = {
     if importlib.util.find_spec(module) is not None
 }
 BACKENDS = list(PLUGINS)
-#: The backends that continue a run (``supports_resume``): the resume tests select these.
-#: SwanLab resumes only on its cloud.
-RESUMABLE = [name for name in BACKENDS if name != "swanlab"]
+#: The backends that continue a run (``Capabilities.supports_resume``): the resume tests select
+#: these. Not SwanLab (it resumes only on its cloud) nor ClearML (an offline session cannot be
+#: continued).
+RESUMABLE = [name for name in BACKENDS if Capabilities.of(
+    discovery.load_backend(discovery.find_backend(name))).supports_resume]
 #: Backend name -> its plugin's ``read_rows(run)``: ``[(tag, step, value)]`` from its storage.
 READERS = {name: module.read_rows for name, module in PLUGINS.items()}
 
@@ -90,3 +92,9 @@ def _swanlab_crash(swanlab_monitor: ModuleType, run: RunInfo, reason: str,
                    last_step: int) -> None:
     state, error = swanlab_monitor.read_finish(run) or ("no finish record", "")
     assert state == "RUN_STATE_CRASHED" and error.startswith(reason)
+
+
+def _clearml_crash(clearml_monitor: ModuleType, run: RunInfo, reason: str,
+                   last_step: int) -> None:
+    crash = clearml_monitor.read_crash(run)
+    assert crash is not None and crash.startswith(reason)

@@ -18,7 +18,7 @@ from jsonl_monitor import read_rows
 from trackers import READERS
 
 from core_monitor import BackendWarning, ConfigError, Monitor, RunInfo, hookimpl
-from core_monitor.dispatch.writer import DRAIN_SECONDS
+from core_monitor.dispatch.wire import DRAIN_SECONDS
 from core_monitor.errors import BackendError, FlushTimeout, RemoteTraceback, WriterDied
 
 #: Seconds a deadline may be overrun on a loaded machine (reaping, a thread's wake-up).
@@ -81,6 +81,24 @@ def test_each_backend_runs_in_a_writer_process_of_its_own(make):
     monitor.close()
     assert gone(pid, 10)  # the writer exits with the monitor, and is reaped
     assert [hook for hook, _ in read_calls(monitor.run)][-2:] == ["flush", "close"]
+
+
+def test_a_writer_starts_without_a_second_copy_of_its_module(make, tmp_path):
+    """Writers run ``python -m core_monitor.dispatch.writer``: nothing the training process
+    imports may import that module, or each writer holds two copies of it (one as
+    ``__main__``) and ``runpy`` prints a ``RuntimeWarning`` on every start."""
+    from interpreter import modules_after
+
+    loaded = modules_after("import core_monitor; from core_monitor import Monitor", tmp_path)
+    assert "core_monitor.dispatch.writer" not in loaded
+    done = run_python("""
+        import sys
+        from core_monitor import Monitor
+        with Monitor(["jsonl"], project="p", name="r", log_dir=sys.argv[1],
+                     dispatch="process") as monitor:
+            monitor.log({"x": 1.0}, step=1)
+        """, tmp_path)
+    assert "RuntimeWarning" not in done.stderr, done.stderr
 
 
 def test_a_writer_runs_at_a_lower_priority_than_the_training_process(make):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
+import pytest
 from _run import load, run_script
 from accelerate import Accelerator
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -22,6 +23,7 @@ from test_lightning import csv_rows, fit
 from test_transformers import make_trainer, numeric_history
 from trackers import BACKENDS, READERS
 
+import csv_monitor
 from core_monitor import Capabilities, RunInfo, discovery
 from core_monitor.integrations.accelerate import MonitorTracker
 from core_monitor.integrations.transformers import MonitorCallback
@@ -30,13 +32,34 @@ from core_monitor.readers import same_value
 Rows = list[tuple[str, int, float]]
 
 
-def assert_every_backend_holds(run: RunInfo, expected: Rows) -> None:
-    """Each backend of ``BACKENDS`` stores exactly ``expected`` for ``run`` (any row order),
-    values equal at the precision it stores (TensorBoard: float32)."""
-    want = sorted(expected)
-    for backend in BACKENDS:
-        dtype = Capabilities.of(
-            discovery.load_backend(discovery.find_backend(backend))).value_dtype
+#: SwanLab keeps one value per tag and step (``repeated_steps="first"``, declared) and says so
+#: once per tag; Lightning logs ``epoch`` and the Trainer ``train/epoch`` twice at one step.
+#: (``.`` for the colon after "swanlab": a filter's fields are separated by colons)
+REPEATED_STEP_WARNING = "ignore:swanlab. a point of tag .* is not stored:RuntimeWarning"
+
+
+def first_per_step(rows: Rows) -> Rows:
+    """``rows`` (in logging order) keeping the first value of each tag and step."""
+    seen: set[tuple[str, int]] = set()
+    kept = []
+    for tag, step, value in rows:
+        if (tag, step) not in seen:
+            seen.add((tag, step))
+            kept.append((tag, step, value))
+    return kept
+
+
+def assert_every_backend_holds(run: RunInfo, expected: Rows,
+                               backends: list[str] = BACKENDS) -> None:
+    """Each backend of ``BACKENDS`` stores exactly ``expected`` (in logging order) for ``run``
+    (any row order), values equal at the precision it stores (TensorBoard: float32); a backend
+    declaring ``repeated_steps="first"`` the first value of each tag and step."""
+    for backend in backends:
+        capabilities = Capabilities.of(
+            discovery.load_backend(discovery.find_backend(backend)))
+        dtype = capabilities.value_dtype
+        want = sorted(first_per_step(expected) if capabilities.repeated_steps == "first"
+                      else expected)
         got = sorted(READERS[backend](run))
         assert [(t, s) for t, s, _ in got] == [(t, s) for t, s, _ in want], (
             f"{backend}: stored {got}\nexpected {want}")
@@ -45,8 +68,9 @@ def assert_every_backend_holds(run: RunInfo, expected: Rows) -> None:
 
 
 def deepspeed_csv(folder: Path) -> Rows:
-    """Every event DeepSpeed's own ``csv_monitor`` wrote: one file per tag, named after it with
-    ``/`` as ``_`` (the engine's tags are ``Train/Samples/<name>``, which gives them back)."""
+    """Every engine event in DeepSpeed's ``csv_monitor`` layout (written by the ``csv`` backend
+    through that section): one file per tag, named after it with ``/`` as ``_`` (the engine's
+    tags are ``Train/Samples/<name>``, which gives them back)."""
     rows = []
     for path in sorted(folder.glob("Train_Samples_*.csv")):
         tag = "Train/Samples/" + path.stem[len("Train_Samples_"):]
@@ -63,11 +87,14 @@ def test_a_deepspeed_experiment_monitors_section_naming_every_backend(log_dir, t
     theirs = deepspeed_csv(log_dir / "csv" / "dsrun")
     samples = [s["global_samples"] for s in result["steps"]]
     assert samples == [2, 4, 6, 8]
-    assert sorted((t, s) for t, s, _ in theirs if t == "Train/Samples/lr") == [
-        ("Train/Samples/lr", s) for s in samples]
+    # the csv_monitor section's files (our csv backend, DeepSpeed's layout) hold the engine's lr
+    assert sorted((t, s, v) for t, s, v in theirs if t == "Train/Samples/lr") == [
+        ("Train/Samples/lr", s["global_samples"], s["lr"]) for s in result["steps"]]
     mine = [("train/loss", s["global_samples"], s["loss"]) for s in result["steps"]]
+    # csv came through the csv_monitor section: DeepSpeed's layout in its own folder
+    assert sorted(csv_monitor.read_rows_in(log_dir / "csv" / "dsrun")) == sorted(theirs + mine)
     assert_every_backend_holds(RunInfo(project="ds", name="dsrun", log_dir=log_dir),
-                               theirs + mine)
+                               theirs + mine, [b for b in BACKENDS if b != "csv"])
 
 
 def test_accelerate_monitor_tracker_naming_every_backend(log_dir):
@@ -86,6 +113,7 @@ def test_accelerate_monitor_tracker_naming_every_backend(log_dir):
     assert_every_backend_holds(tracker.monitor.run, expected_rows(logged))
 
 
+@pytest.mark.filterwarnings(REPEATED_STEP_WARNING)
 def test_lightning_monitor_logger_naming_every_backend(log_dir):
     monitor_logger, csv_logger, trainer = fit(log_dir, name="every", backends=BACKENDS)
     oracle = csv_rows(Path(csv_logger.log_dir) / "metrics.csv")
@@ -96,6 +124,7 @@ def test_lightning_monitor_logger_naming_every_backend(log_dir):
     assert_every_backend_holds(monitor_logger.monitor.run, oracle)
 
 
+@pytest.mark.filterwarnings(REPEATED_STEP_WARNING)
 def test_trainer_monitor_callback_naming_every_backend(tmp_path, log_dir):
     callback = MonitorCallback(BACKENDS, project="hf", name="every", log_dir=log_dir)
     trainer = make_trainer(tmp_path, [callback], max_steps=4)

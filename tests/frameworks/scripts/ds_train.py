@@ -6,8 +6,8 @@ Modes: ``attach`` (``deepspeed.initialize``, then ``attach(engine)``), ``initial
 project's drop-in ``initialize``), ``deepspeed`` (``deepspeed.initialize`` alone: DeepSpeed's own
 TensorBoard writer, the oracle; no backend of this project), ``section`` (the drop-in
 ``initialize`` with the backends named by the fourth argument in one ``experiment_monitors``
-section, project ``ds``, name ``dsrun``, ``log_dir`` the first argument; no ``tensorboard``,
-``wandb`` or ``trackio`` section).
+section, project ``ds``, name ``dsrun``, ``log_dir`` the first argument, except ``csv``, which
+comes through the ``csv_monitor`` section; no ``tensorboard``, ``wandb`` or ``trackio`` section).
 
 The DeepSpeed config enables DeepSpeed's standard ``tensorboard`` section (events in
 ``<log_dir>/dsrun``, DeepSpeed's ``<output_path>/<job_name>``) and, except in ``deepspeed``
@@ -47,7 +47,10 @@ def main() -> None:
     }
     if mode == "section":
         del config["tensorboard"]
-        config["experiment_monitors"] = {"backends": sys.argv[4].split(","), "project": "ds",
+        # csv comes through DeepSpeed's own csv_monitor section above (its per-tag layout);
+        # naming it here as well is refused ("configure it in one place")
+        listed = [name for name in sys.argv[4].split(",") if name != "csv"]
+        config["experiment_monitors"] = {"backends": listed, "project": "ds",
                                          "name": "dsrun", "log_dir": str(log_dir)}
     elif mode != "deepspeed":
         config.update({

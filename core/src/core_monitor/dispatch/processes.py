@@ -53,8 +53,8 @@ group) and its calls counted in ``undelivered``; every writer is reaped. A write
 *starting* then (importing its SDK, starting its run: a slow start on a loaded node, or a
 SIGTERM soon after ``Monitor()``) is not killed, since that would lose every call it holds
 while nothing is wrong with it: it has the stop request, writes everything once started and
-exits by itself (once this process has ended, within ``writer.START_SECONDS`` +
-``writer.DRAIN_SECONDS`` at most).
+exits by itself (once this process has ended, within ``wire.START_SECONDS`` +
+``wire.DRAIN_SECONDS`` at most).
 
 Termination (``core_monitor.shutdown``): on SIGTERM this process closes its monitors, and the
 stop request names the signal (``shutdown.terminating``): each writer writes everything logged,
@@ -62,8 +62,8 @@ then records the run's end through ``monitor_crash``. Writers run in sessions of
 ``kill -TERM -- -PGID`` reaches only this process; a scheduler that signals every process of
 the job (Slurm) reaches the writers too, and each keeps serving until the stop request comes
 (``writer.TERM_SECONDS`` at most), SIGTERM being blocked in what its SDK starts. A writer whose
-training process dies ends within ``writer.DRAIN_SECONDS`` even when stuck inside a hook
-(counted from the end of its start, when it was still starting: ``writer.START_SECONDS``).
+training process dies ends within ``wire.DRAIN_SECONDS`` even when stuck inside a hook
+(counted from the end of its start, when it was still starting: ``wire.START_SECONDS``).
 
 A backend class that a fresh interpreter might not import by module path (defined in
 ``__main__``, a notebook cell, a test module or function: anything but an installed
@@ -101,8 +101,8 @@ from ..run import RunInfo
 from . import wire
 from .channel import FULL, GONE, ROOM, BackendSpec, Channel
 from .policy import Policy
-from .wire import BUSY_SINCE, HANDLED, SHARED_BYTES, SPOOL_READ, SPOOL_READ_AT
-from .writer import DRAIN_SECONDS, START_SECONDS
+from .wire import (BUSY_SINCE, DRAIN_SECONDS, HANDLED, SHARED_BYTES, SPOOL_READ, SPOOL_READ_AT,
+                   START_SECONDS)
 
 logger = logging.getLogger("core_monitor")
 

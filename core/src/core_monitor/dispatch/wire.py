@@ -29,6 +29,7 @@ from collections.abc import Iterator
 from types import MappingProxyType
 from typing import Any
 
+from .. import shutdown
 from ..errors import BackendError, RemoteTraceback
 
 
@@ -40,6 +41,18 @@ def _read_only(mapping: dict[Any, Any]) -> MappingProxyType[Any, Any]:
 #: the process-wide ``copyreg`` registry is left alone).
 _TABLE = {**copyreg.dispatch_table,
           MappingProxyType: lambda proxy: (_read_only, (dict(proxy),))}
+
+#: Seconds a writer takes at most, once the training process died or SIGTERM came, to write
+#: what is left, flush and close (its reader thread then ends it): ``shutdown.EXIT_TIMEOUT``.
+#: Here, not in ``writer``, because both sides read it: importing the ``writer`` module in the
+#: training process would put it in ``sys.modules`` of every process that then runs it with
+#: ``python -m`` (a second copy, and a ``RuntimeWarning`` from ``runpy`` on stderr).
+DRAIN_SECONDS = shutdown.EXIT_TIMEOUT
+#: Seconds past the drain limit a start (importing the SDK, starting its run) still running is
+#: given when the training process died or SIGTERM came during it: writers start behind
+#: ``Monitor()``, so the trainer may die while they import; the drain limit then counts from
+#: the end of the start (as ``processes.STARTUP_SECONDS`` bounds a start the trainer waits for).
+START_SECONDS = 120.0
 
 #: The memory a writer shares with the training process: byte 0 is 1 while a hook runs;
 #: bytes 8-15 count the calls handled (what ``close`` counts as undelivered when it gives up on

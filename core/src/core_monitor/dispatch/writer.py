@@ -61,24 +61,16 @@ import warnings
 from collections import deque
 from typing import Any
 
-from .. import shutdown
 from ..events import Batch
 from ..media import MediaRoutes
 from ..resume import backend_state
 from . import wire
 from .backends import Backend, new_manager, start_backend
-from .wire import BUSY_SINCE, HANDLED, READ_BYTES_AT, SHARED_BYTES, SPOOL_READ, SPOOL_READ_AT
+from .wire import (BUSY_SINCE, DRAIN_SECONDS, HANDLED, READ_BYTES_AT, SHARED_BYTES, SPOOL_READ,
+                   SPOOL_READ_AT, START_SECONDS)
 
 #: Bytes read at most at once.
 READ_BYTES = 1 << 20
-#: Seconds a writer takes at most, once the training process died or SIGTERM came, to write
-#: what is left, flush and close (the reader thread then ends it): ``shutdown.EXIT_TIMEOUT``.
-DRAIN_SECONDS = shutdown.EXIT_TIMEOUT
-#: Seconds past the drain limit a start (importing the SDK, starting its run) still running is
-#: given when the training process died or SIGTERM came during it: writers start behind
-#: ``Monitor()``, so the trainer may die while they import; the drain limit then counts from
-#: the end of the start (as ``processes.STARTUP_SECONDS`` bounds a start the trainer waits for).
-START_SECONDS = 120.0
 #: Seconds after SIGTERM that the writer waits for the training process's stop request before
 #: it ends by itself (the training process closes its monitor on the same signal).
 TERM_SECONDS = 5.0

@@ -19,7 +19,7 @@ from . import _compat
 #: Seconds ``finish_run`` waits for the run's exit record to reach the ``.wandb`` file.
 FINISH_TIMEOUT = 60.0
 #: The same wait after a crash (``WandbMonitor.monitor_crash``): shorter, so that it ends
-#: well within the writer process's own limit (``core_monitor.dispatch.writer.DRAIN_SECONDS``).
+#: well within the writer process's own limit (``core_monitor.dispatch.wire.DRAIN_SECONDS``).
 CRASH_FINISH_TIMEOUT = 10.0
 #: The exit code a run finishes with after the training process died: wandb shows a run
 #: finished with a nonzero code as "failed".

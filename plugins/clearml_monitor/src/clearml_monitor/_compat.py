@@ -1,0 +1,108 @@
+"""Every access to ClearML internals, and the check that they still have the expected shape.
+
+Two private dependencies.
+
+``clearml.utilities.check_updates.CheckPackageUpdates._package_version_checked``: every
+``Task.init`` (2.1, offline too) starts a thread that asks ``https://updates.clear.ml/updates``
+whether a newer ClearML exists, sending the installed versions; no variable or config key turns
+the request off (``CLEARML_SUPPRESS_UPDATE_MESSAGE`` hides only its message). ClearML asks once
+per process, remembered in that class attribute: ``no_update_check`` sets it, so nothing is
+sent.
+
+``clearml.Task._report_subprocess_enabled``. ClearML (2.1) reports
+events from a *subprocess* it forks from the training process on Linux (its config key
+``sdk.development.report_use_subprocess``, which only a ``clearml.conf`` sets; no variable or
+``Task.init`` argument does). That subprocess makes ``Task.close()`` wait about 10 s for its
+liveness check, and forks the trainer; this plugin sets the class attribute the config key is
+read into to ``False`` before ``Task.init``, so events are written by a thread of the writer
+instead (``Task.close()`` in 0.1 s).
+
+Public calls whose keyword arguments ``problems()`` checks too: ``Task.init`` and the
+``Logger`` reports (``report_media``, ``report_histogram``). The reader depends on no ClearML
+name but on the offline session's files (``storage``): ``metrics.jsonl``'s events and the
+``data`` folder of the uploaded debug samples, as ClearML 2.1 writes them and its own
+``Task.import_offline_session`` reads them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+
+from core_monitor.compat import require_sdk
+
+#: The ClearML versions this plugin is tested with (``nox -s lowest`` runs the lowest, ``nox -s
+#: newest`` the newest on the index). The install requirement names only the lowest; outside
+#: this range the core warns once, and ``problems()`` decides whether the plugin runs.
+TESTED = "clearml>=2.1.12,<2.2"
+
+#: The keyword arguments of ``Task.init`` this plugin passes (nothing patched or sampled).
+INIT_ARGUMENTS = ("project_name", "task_name", "tags", "reuse_last_task_id",
+                  "auto_connect_frameworks", "auto_connect_arg_parser",
+                  "auto_resource_monitoring", "auto_connect_streams")
+#: The keyword arguments of ``Logger.report_media`` (images and text) and
+#: ``Logger.report_histogram`` this plugin passes.
+MEDIA_ARGUMENTS = ("title", "series", "iteration", "stream", "file_extension", "max_history")
+HISTOGRAM_ARGUMENTS = ("title", "series", "values", "iteration", "xlabels", "xaxis", "yaxis",
+                       "data_args")
+#: The private attribute ``no_update_check`` sets (module, class, attribute).
+UPDATE_CHECK = ("clearml.utilities.check_updates", "CheckPackageUpdates",
+                "_package_version_checked")
+#: The private attribute ``use_report_thread`` sets.
+REPORT_SUBPROCESS = "_report_subprocess_enabled"
+
+# The SDK is imported only when a backend is built, but must be there for the plugin to load.
+require_sdk("clearml", "clearml-monitor")
+
+
+def problems() -> list[str]:
+    """Import ClearML; what it lacks of what this plugin uses (``[]``: nothing)."""
+    import clearml
+
+    found = [f"clearml.{name} is missing" for name in ("Task", "Logger")
+             if not hasattr(clearml, name)]
+    if found:
+        return found
+    parameters = inspect.signature(clearml.Task.init).parameters
+    found += [f"clearml.Task.init() takes no {name!r} argument" for name in INIT_ARGUMENTS
+              if name not in parameters]
+    found += [f"clearml.{owner}.{name} is missing" for owner, name in (
+        ("Task", "set_offline"), ("Task", "get_offline_mode_folder"), ("Task", "set_parameter"),
+        ("Task", "mark_failed"), ("Logger", "set_reporting_nan_value"),
+        ("Logger", "set_reporting_inf_value"), ("Logger", "report_scalar"),
+        ("Logger", "report_media"), ("Logger", "report_histogram"))
+        if not hasattr(getattr(clearml, owner), name)]
+    if found:
+        return found
+    for method, names in (("report_media", MEDIA_ARGUMENTS),
+                          ("report_histogram", HISTOGRAM_ARGUMENTS)):
+        parameters = inspect.signature(getattr(clearml.Logger, method)).parameters
+        found += [f"clearml.Logger.{method}() takes no {name!r} argument (tested: {TESTED})"
+                  for name in names if name not in parameters]
+    module, owner, attribute = UPDATE_CHECK
+    try:
+        checker = getattr(importlib.import_module(module), owner)
+    except (ImportError, AttributeError):
+        found.append(f"{module}.{owner} is missing (ClearML's update check, which this plugin "
+                     f"turns off; tested: {TESTED})")
+    else:
+        if not isinstance(getattr(checker, attribute, None), bool):
+            found.append(f"{module}.{owner}.{attribute} is missing (ClearML's update check, "
+                         f"which this plugin turns off; tested: {TESTED})")
+    if not hasattr(clearml.Task, REPORT_SUBPROCESS):
+        found.append(f"clearml.Task.{REPORT_SUBPROCESS} is missing (the report subprocess "
+                     f"switch this plugin turns off; tested: {TESTED})")
+    return found
+
+
+def use_report_thread() -> None:
+    """Make tasks created from now on report through a thread, not a forked subprocess."""
+    from clearml import Task
+
+    setattr(Task, REPORT_SUBPROCESS, False)
+
+
+def no_update_check() -> None:
+    """Make ``Task.init`` skip its request to ClearML's update server in this process."""
+    module, owner, attribute = UPDATE_CHECK
+    setattr(getattr(importlib.import_module(module), owner), attribute, True)

@@ -1,0 +1,239 @@
+"""The contract kit against the ``clearml`` backend, and what is ClearML's own: the same values
+logged through ``Logger.report_scalar`` directly read back alike from the offline sessions'
+files, one task per process, the crash mark."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+import shutil
+import zipfile
+from collections.abc import Iterator
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import clearml_monitor
+from clearml_monitor import ClearmlMonitor, read_config, read_rows
+from core_monitor import ConfigError, Histogram, Image, Monitor, RunInfo, Text
+from core_monitor.testing import MonitorContract
+
+
+class TestClearmlContract(MonitorContract):
+    """Every check of the kit: steps, values, flush, close, config, media, runs kept apart, ranks.
+    The kit's monitors run the backend on a worker thread, one task at a time."""
+
+    backend_class = ClearmlMonitor
+    read_rows = staticmethod(clearml_monitor.read_rows)
+    read_config = staticmethod(clearml_monitor.read_config)
+    read_media = staticmethod(clearml_monitor.read_media)
+
+
+def test_the_entry_points_name_the_backend_and_its_reader() -> None:
+    (found,) = entry_points(group="experiment_monitors", name="clearml")
+    assert found.load() is ClearmlMonitor
+    (reader,) = entry_points(group="experiment_monitor_readers", name="clearml")
+    assert reader.load() is clearml_monitor.reader
+
+
+def test_tags_as_one_string_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"tags=.baseline. \(a str\) must be a list"):
+        Monitor(["clearml"], project="p", log_dir=tmp_path, clearml={"tags": "baseline"})
+
+
+def test_clearmls_own_api_and_ours_read_back_alike(tmp_path: Path) -> None:
+    """The same steps, values, tags and hyperparameters through ``Task.init`` +
+    ``Logger.report_scalar`` and through the backend: the two sessions' ``metrics.jsonl`` hold
+    the same (title, series, iteration, value) and their ``task.json`` the same
+    hyperparameters, which is what ClearML's UI shows once the sessions are imported."""
+    from clearml import Logger, Task
+
+    points = [(0, 0.5), (10, 0.25), (10, 1 / 3), (3, math.inf), (2**62, math.nan)]
+    config = {"lr": 0.0003, "optimizer.name": "adam", "epochs": 3, "amp": True}
+    with Monitor(["clearml"], project="p", name="ours", config=config, log_dir=tmp_path,
+                 dispatch="thread", clearml={"tags": ["baseline"]}) as monitor:
+        for step, value in points:
+            monitor.log({"train/loss": value}, step=step)
+    # theirs: ClearML's documented calls, in the session folder ClearML picks from the variable
+    Logger.set_reporting_nan_value(math.nan)
+    Logger.set_reporting_inf_value(math.inf)
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("CLEARML_CACHE_DIR", str(tmp_path / "clearml"))
+        for name in ("CLEARML_PROC_MASTER_ID", "TRAINS_PROC_MASTER_ID"):
+            env.setenv(name, "")  # Task.init sets both: back to unset after, or a later
+            env.delenv(name)  # process of this test session is taken for this task's child
+        task = Task.init(project_name="p", task_name="theirs", tags=["baseline"],
+                         auto_connect_frameworks=False, auto_connect_arg_parser=False,
+                         auto_resource_monitoring=False, auto_connect_streams=False,
+                         reuse_last_task_id=False)
+        task.connect(dict(config), name="General")
+        for step, value in points:
+            task.get_logger().report_scalar("train", "train/loss", value=value, iteration=step)
+        task.close()
+
+    def stored(name: str) -> tuple[list[str], dict, list]:
+        session = clearml_monitor.find_session(RunInfo(project="p", name=name, log_dir=tmp_path))
+        meta = json.loads((session / "task.json").read_text())
+        events = [json.loads(line) for line in (session / "metrics.jsonl").open()]
+        return (meta["tags"], meta["hyperparams"],
+                [(e["metric"], e["variant"], e["iter"], repr(e["value"]))
+                 for batch in events for e in batch])
+
+    assert stored("ours") == stored("theirs")
+    assert [step for _, _, step, _ in stored("ours")[2]] == [0, 10, 10, 3, 2**62]
+    theirs = RunInfo(project="p", name="theirs", log_dir=tmp_path)
+    assert repr(read_rows(theirs)) == repr(read_rows(monitor.run))
+    assert read_config(theirs) == read_config(monitor.run) == config
+
+
+def test_a_second_task_open_in_one_process_is_refused_naming_the_fix(tmp_path: Path) -> None:
+    with Monitor(["clearml"], project="p", name="first", log_dir=tmp_path,
+                 dispatch="thread") as first:
+        first.log({"loss": 1.0}, step=1)
+        with pytest.raises(ConfigError, match=r"dispatch='process'"):
+            ClearmlMonitor(RunInfo(project="p", name="second", log_dir=tmp_path))
+    assert read_rows(first.run) == [("loss", 1, 1.0)]
+
+
+def test_crash_marks_the_task(tmp_path: Path) -> None:
+    from clearml.utilities.check_updates import CheckPackageUpdates
+
+    run = RunInfo(project="p", name="r", log_dir=tmp_path)
+    backend = ClearmlMonitor(run)
+    # Task.init's request to updates.clear.ml is marked as made, so it is never made
+    assert CheckPackageUpdates._package_version_checked is True
+    backend.monitor_crash("the training process (pid 1) ended without closing the monitor")
+    backend.monitor_close()
+    assert clearml_monitor.read_crash(run).startswith("the training process (pid 1)")
+    # a process started now (a later Monitor's writer) is not taken for a child of this task
+    assert "CLEARML_PROC_MASTER_ID" not in os.environ
+    assert "TRAINS_PROC_MASTER_ID" not in os.environ
+    task = json.loads((clearml_monitor.find_session(run) / "task.json").read_text())
+    assert clearml_monitor.CRASH_TAG in task["tags"]
+
+
+def test_the_clearml_internals_used_are_there() -> None:
+    """``monitors list --check`` and the core run this check; the installed ClearML passes."""
+    from core_monitor import Capabilities
+
+    assert clearml_monitor._compat.problems() == []
+    assert Capabilities.of(ClearmlMonitor).sdk == "clearml"
+
+
+def test_a_task_json_being_rewritten_or_a_batch_being_appended_is_not_read_half(
+    tmp_path: Path,
+) -> None:
+    """ClearML rewrites ``task.json`` in place (truncate, then write) whenever an open task
+    changes, from its own threads too, and appends ``metrics.jsonl`` a batch at a time: the
+    reader reads a ``task.json`` that is not JSON again (and passes over one that stays so),
+    and leaves out a last line that has no newline yet."""
+    with Monitor(["clearml"], project="p", name="r", log_dir=tmp_path, config={"lr": 0.5},
+                 dispatch="thread") as monitor:
+        monitor.log({"loss": 1.0}, step=1)
+    other = tmp_path / "clearml" / "offline" / "other"
+    other.mkdir()
+    (other / "task.json").write_text("")  # another session's, caught mid-rewrite for good
+    session = clearml_monitor.find_session(monitor.run)
+    with (session / "metrics.jsonl").open("a") as file:
+        file.write('[{"type": "training_stats_scalar", "iter": 2, "variant": "lo')
+    assert read_rows(monitor.run) == [("loss", 1, 1.0)]
+    assert read_config(monitor.run) == {"lr": 0.5}
+    with pytest.raises(LookupError, match=r"1 task.json not JSON, e.g. .*other"):
+        read_rows(RunInfo(project="p", name="nope", log_dir=tmp_path))
+
+
+def _theirs(name: str) -> Any:
+    """A task opened with ClearML's documented ``Task.init`` in this process, in the session
+    folder ClearML picks from ``CLEARML_CACHE_DIR``; the caller closes it inside the block."""
+    from clearml import Task
+
+    return Task.init(project_name="p", task_name=name, auto_connect_frameworks=False,
+                     auto_connect_arg_parser=False, auto_resource_monitoring=False,
+                     auto_connect_streams=False, reuse_last_task_id=False)
+
+
+@pytest.fixture
+def clearml_env(tmp_path: Path) -> Iterator[None]:
+    """ClearML's cache folder under ``tmp_path`` for a task the test opens itself, and both
+    names of the variable ``Task.init`` sets back to unset after (a later process of this test
+    session would take itself for that task's child)."""
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("CLEARML_CACHE_DIR", str(tmp_path / "clearml"))
+        for name in ("CLEARML_PROC_MASTER_ID", "TRAINS_PROC_MASTER_ID"):
+            env.setenv(name, "")
+            env.delenv(name)
+        yield
+
+
+def test_images_and_text_are_what_clearmls_own_report_calls_store(
+    tmp_path: Path, clearml_env: None
+) -> None:
+    """The same PNG through ClearML's ``Logger.report_image(local_path=...)`` (its debug-image
+    call for a file) and the same text through ``report_media`` read back alike from the two
+    sessions: the same events (type, title, series, iteration) and the same files."""
+    import numpy as np
+
+    pixels = np.arange(6 * 5 * 3, dtype=np.uint8).reshape(6, 5, 3)
+    with Monitor(["clearml"], project="p", name="ours", log_dir=tmp_path,
+                 dispatch="thread") as monitor:
+        monitor.log({"val/samples": Image(pixels), "notes": Text("é\n")}, step=7)
+    png = next(clearml_monitor.find_session(monitor.run).rglob("*.png"))
+    task = _theirs("theirs")
+    logger = task.get_logger()
+    logger.report_image("val", "val/samples", iteration=7, local_path=str(png))
+    logger.report_media("notes", "notes", iteration=7, stream=io.BytesIO("é\n".encode()),
+                        file_extension=".txt")
+    task.close()
+
+    def stored(name: str) -> list[tuple[Any, ...]]:
+        session = clearml_monitor.find_session(RunInfo(project="p", name=name, log_dir=tmp_path))
+        return [(e["type"], e["metric"], e["variant"], e["iter"],
+                 (session / "data" / e["key"]).read_bytes())
+                for line in (session / "metrics.jsonl").open() for e in json.loads(line)]
+
+    assert stored("ours") == stored("theirs")
+    assert [entry[:4] for entry in stored("ours")] == [
+        ("training_debug_image", "val", "val/samples", 7),
+        ("training_debug_image", "notes", "notes", 7)]
+    theirs = clearml_monitor.read_media(RunInfo(project="p", name="theirs", log_dir=tmp_path))
+    assert [(tag, step) for tag, step, _ in theirs] == [("val/samples", 7), ("notes", 7)]
+    assert np.array_equal(theirs[0][2].array, pixels) and theirs[1][2].text == "é\n"
+
+
+def test_every_sample_is_kept_and_the_sessions_zip_reads_back_alike(tmp_path: Path) -> None:
+    """102 images of one tag: ClearML's default history (``sdk.metrics.file_history_size``,
+    100) would name the 101st file like the first; every one is kept. The ``.zip`` ClearML
+    writes at close (what ``Task.import_offline_session`` uploads), unpacked elsewhere, reads
+    back the same."""
+    import numpy as np
+
+    images = [np.array([[step, 255 - step]], np.uint8) for step in range(102)]
+    with Monitor(["clearml"], project="p", name="r", log_dir=tmp_path,
+                 dispatch="thread") as monitor:
+        for step, pixels in enumerate(images):
+            monitor.log({"grid": Image(pixels, caption=f"step {step} ✓")}, step=step)
+        monitor.log({"w": Histogram(edges=[-1.5, 0.1, 0.7], counts=[2.5, 4])}, step=3)
+    session = clearml_monitor.find_session(monitor.run)
+    media = clearml_monitor.read_media(monitor.run)
+    grids = [(step, image) for tag, step, image in media if tag == "grid"]
+    assert [step for step, _ in grids] == list(range(102))
+    for (step, image), pixels in zip(grids, images, strict=True):
+        assert np.array_equal(image.array, pixels[:, :, None]), step
+        assert image.caption == f"step {step} ✓"
+    [(tag, step, histogram)] = [m for m in media if m[0] == "w"]
+    assert (tag, step) == ("w", 3)
+    assert histogram.edges.tolist() == [-1.5, 0.1, 0.7]
+    assert histogram.counts.tolist() == [2.5, 4.0]
+
+    moved = tmp_path / "moved"
+    with zipfile.ZipFile(session.with_suffix(".zip")) as archive:
+        archive.extractall(moved / "offline" / session.name)
+    shutil.rmtree(session)  # nothing read from the session's own folder any more
+    again = clearml_monitor.read_media(monitor.run, cache=moved)
+    assert [(t, s) for t, s, _ in again] == [(t, s) for t, s, _ in media]
+    assert all(np.array_equal(a.array, b.array) for (_, _, a), (_, _, b)
+               in zip(again[:102], media[:102], strict=True))
