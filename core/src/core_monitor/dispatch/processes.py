@@ -101,8 +101,15 @@ from ..run import RunInfo
 from . import wire
 from .channel import FULL, GONE, ROOM, BackendSpec, Channel
 from .policy import Policy
-from .wire import (BUSY_SINCE, DRAIN_SECONDS, HANDLED, SHARED_BYTES, SPOOL_READ, SPOOL_READ_AT,
-                   START_SECONDS)
+from .wire import (
+    BUSY_SINCE,
+    DRAIN_SECONDS,
+    HANDLED,
+    SHARED_BYTES,
+    SPOOL_READ,
+    SPOOL_READ_AT,
+    START_SECONDS,
+)
 
 logger = logging.getLogger("core_monitor")
 
