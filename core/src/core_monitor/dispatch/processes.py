@@ -104,8 +104,15 @@ from .policy import Policy
 from .strategy import BackendSpec, Dispatch
 from .threads import ThreadDispatch, fan_out
 from .warn import report_drop, report_lost
-from .wire import (BUSY_SINCE, DRAIN_SECONDS, HANDLED, SHARED_BYTES, SPOOL_READ, SPOOL_READ_AT,
-                   START_SECONDS)
+from .wire import (
+    BUSY_SINCE,
+    DRAIN_SECONDS,
+    HANDLED,
+    SHARED_BYTES,
+    SPOOL_READ,
+    SPOOL_READ_AT,
+    START_SECONDS,
+)
 
 logger = logging.getLogger("core_monitor")
 

@@ -66,8 +66,16 @@ from ..media import MediaRoutes
 from ..resume import backend_state
 from . import wire
 from .backends import Backend, new_manager, start_backend
-from .wire import (BUSY_SINCE, DRAIN_SECONDS, HANDLED, READ_BYTES_AT, SHARED_BYTES, SPOOL_READ,
-                   SPOOL_READ_AT, START_SECONDS)
+from .wire import (
+    BUSY_SINCE,
+    DRAIN_SECONDS,
+    HANDLED,
+    READ_BYTES_AT,
+    SHARED_BYTES,
+    SPOOL_READ,
+    SPOOL_READ_AT,
+    START_SECONDS,
+)
 
 #: Bytes read at most at once.
 READ_BYTES = 1 << 20
