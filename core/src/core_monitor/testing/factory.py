@@ -12,6 +12,10 @@ import pytest
 from ..monitor import Monitor
 
 _run_numbers = count()
+#: Seconds each monitor's backends get to finish at teardown (``close(timeout=...)``): a test
+#: that failed with a backend hung in a hook must not hold the rest of the session until the
+#: test runner's own timeout. A closed monitor is left alone.
+TEARDOWN_TIMEOUT = 60.0
 
 
 class MonitorFactory:
@@ -42,16 +46,17 @@ class MonitorFactory:
         self.made.append(monitor)
         return monitor
 
-    def close(self) -> None:
-        """Close every monitor made or added, in that order (a closed one is left alone)."""
+    def close(self, timeout: float | None = TEARDOWN_TIMEOUT) -> None:
+        """Close every monitor made or added, in that order (a closed one is left alone), each
+        with ``timeout`` seconds for its backends (``Monitor.close``; ``None``: no limit)."""
         for monitor in self.made:
-            monitor.close()
+            monitor.close(timeout=timeout)
 
 
 @pytest.fixture
 def monitor_factory(tmp_path: Any) -> Iterator[MonitorFactory]:
     """A ``MonitorFactory`` with ``project="test"`` and ``log_dir=tmp_path / "logs"``; every
-    monitor it made is closed at teardown. Backends have no default: pass them, or set
+    monitor it made is closed at teardown (``TEARDOWN_TIMEOUT`` seconds each at most). Backends have no default: pass them, or set
     ``monitor_factory.defaults["backends"]``."""
     factory = MonitorFactory(project="test", log_dir=tmp_path / "logs")
     yield factory
