@@ -35,7 +35,7 @@ from core_monitor import Monitor
 
 log_dir, death, backends = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 monitor = Monitor(backends, project="crash", name="job", log_dir=log_dir)
-listing = subprocess.run(["ps", "-A", "-o", "pid=,ppid=,args="], capture_output=True,
+listing = subprocess.run(["ps", "-A", "-ww", "-o", "pid=,ppid=,args="], capture_output=True,
                          text=True, check=True).stdout
 writers = [int(line.split()[0]) for line in listing.splitlines()
            if int(line.split()[1]) == os.getpid() and "core_monitor.dispatch.writer" in line]
