@@ -56,8 +56,8 @@ class MonitorFactory:
 @pytest.fixture
 def monitor_factory(tmp_path: Any) -> Iterator[MonitorFactory]:
     """A ``MonitorFactory`` with ``project="test"`` and ``log_dir=tmp_path / "logs"``; every
-    monitor it made is closed at teardown (``TEARDOWN_TIMEOUT`` seconds each at most). Backends have no default: pass them, or set
-    ``monitor_factory.defaults["backends"]``."""
+    monitor it made is closed at teardown (``TEARDOWN_TIMEOUT`` seconds each at most).
+    Backends have no default: pass them, or set ``monitor_factory.defaults["backends"]``."""
     factory = MonitorFactory(project="test", log_dir=tmp_path / "logs")
     yield factory
     factory.close()
