@@ -76,6 +76,8 @@ TEST_DEPS = ["pytest>=8", "pytest-timeout", "pytest-xdist", "numpy", "uv"]
 #: pytest-xdist: one worker per CPU, each test module (or test class) on one worker, so that a
 #: module's shared fixtures (an MLflow server, the copy tests' source runs) start once. Most of
 #: a test's time is spent waiting for processes it started, which a second worker overlaps.
+#: The tests, frameworks, lowest and newest sessions all run this way; tests and frameworks also
+#: print their 15 slowest tests (`--durations`), the first place to look when CI slows down.
 PARALLEL = ["-n", "auto", "--dist", "loadscope"]
 
 nox.options.default_venv_backend = "uv|virtualenv"
@@ -163,7 +165,7 @@ def tests(session: nox.Session) -> None:
     install_wheels(session, wheels, *TEST_DEPS)
     session.run("monitors", "list", "--json")
     session.run(
-        "pytest", "--timeout=600", *PARALLEL, *(session.posargs or SUITE),
+        "pytest", "--timeout=600", *PARALLEL, "--durations=15", *(session.posargs or SUITE),
         env={**offline_env(session), "MONITORS_WHEELS": os.pathsep.join(wheels)},
     )
 
@@ -221,7 +223,8 @@ def frameworks(session: nox.Session) -> None:
     # DeepSpeed compiles a small shared-memory op on CPU on first use (about a minute); keep it.
     env["TORCH_EXTENSIONS_DIR"] = str((Path(session.cache_dir) / "torch_extensions").resolve())
     env["DS_ACCELERATOR"] = "cpu"
-    session.run("pytest", "--timeout=900", *(session.posargs or ["tests/frameworks"]), env=env)
+    session.run("pytest", "--timeout=900", *PARALLEL, "--durations=15",
+                *(session.posargs or ["tests/frameworks"]), env=env)
 
 
 @nox.session
@@ -372,9 +375,9 @@ def edge_tests(session: nox.Session, *pytest_args: str) -> None:
     if session.posargs:
         session.run("pytest", "--timeout=600", *pytest_args, *session.posargs, env=env)
         return
-    session.run("pytest", "--timeout=600", *pytest_args, *PYTHON_TESTS, env=env)
-    session.run("pytest", "--timeout=600", *pytest_args, *every_plugins_tests(session), *EDGE_TESTS,
-                env=env)
+    session.run("pytest", "--timeout=600", *PARALLEL, *pytest_args, *PYTHON_TESTS, env=env)
+    session.run("pytest", "--timeout=600", *PARALLEL, *pytest_args,
+                *every_plugins_tests(session), *EDGE_TESTS, env=env)
 
 
 # Lowest and newest SDKs ----------------------------------------------------------------------

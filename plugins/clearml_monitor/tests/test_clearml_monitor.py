@@ -99,6 +99,19 @@ def test_a_second_task_open_in_one_process_is_refused_naming_the_fix(tmp_path: P
     assert read_rows(first.run) == [("loss", 1, 1.0)]
 
 
+def test_the_task_detects_no_repository_and_scans_no_requirements(tmp_path: Path) -> None:
+    """ClearML's repository detection parses every Python file under the script's folder
+    (minutes under a folder holding venvs, and ``Task.close`` waits for it); it is off."""
+    with Monitor(["clearml"], project="p", name="r", log_dir=tmp_path,
+                 dispatch="thread") as monitor:
+        monitor.log({"loss": 1.0}, step=1)
+    task = json.loads((clearml_monitor.find_session(monitor.run) / "task.json").read_text())
+    script = task.get("script") or {}
+    assert not script.get("branch") and not script.get("diff"), script
+    requirements = script.get("requirements") or {}
+    assert not any(requirements.values()), requirements
+
+
 def test_crash_marks_the_task(tmp_path: Path) -> None:
     from clearml.utilities.check_updates import CheckPackageUpdates
 

@@ -40,6 +40,16 @@ TESTED = "clearml>=2.1.12,<2.2"
 INIT_ARGUMENTS = ("project_name", "task_name", "tags", "reuse_last_task_id",
                   "auto_connect_frameworks", "auto_connect_arg_parser",
                   "auto_resource_monitoring", "auto_connect_streams")
+#: ``Task.init(auto_connect_frameworks=...)``: no framework patched and no repository detected.
+#: ``False`` alone leaves ClearML's repository detection on: a thread that parses every Python
+#: file under the script's folder for its requirements (minutes under a folder holding venvs;
+#: ``Task.close`` waits for it) and records the git state. Only the mapping form turns it off
+#: (``"detect_repository": False``), and ClearML connects any framework missing from the
+#: mapping, so it names every key ClearML 2.1 documents.
+NOTHING_CONNECTED = dict.fromkeys(
+    ("matplotlib", "tensorflow", "tensorboard", "pytorch", "xgboost", "scikit", "fastai",
+     "lightgbm", "hydra", "detect_repository", "tfdefines", "joblib", "megengine", "catboost",
+     "gradio"), False)
 #: The keyword arguments of ``Logger.report_media`` (images and text) and
 #: ``Logger.report_histogram`` this plugin passes.
 MEDIA_ARGUMENTS = ("title", "series", "iteration", "stream", "file_extension", "max_history")

@@ -78,7 +78,8 @@ class ClearmlMonitor:
     (``logger.report_histogram``: counts as bars at the bin centres, of the bins' widths, each
     bin's exact edges kept with it). Every sample is kept (``max_history=-1``).
 
-    Nothing that samples or patches the process: ``auto_connect_frameworks=False``,
+    Nothing that samples, patches or scans the process: ``auto_connect_frameworks`` every
+    framework and ``detect_repository`` off (``_compat.NOTHING_CONNECTED``),
     ``auto_connect_arg_parser=False``, ``auto_resource_monitoring=False``,
     ``auto_connect_streams=False``; events are written by a thread, not a subprocess forked
     from the trainer, and ClearML's update check (a request to ``updates.clear.ml`` at every
@@ -158,8 +159,9 @@ class ClearmlMonitor:
             self._task: Any = Task.init(
                 project_name=run.project, task_name=run.ranked_name,
                 tags=list(tags) if tags else None, reuse_last_task_id=False,
-                auto_connect_frameworks=False, auto_connect_arg_parser=False,
-                auto_resource_monitoring=False, auto_connect_streams=False)
+                auto_connect_frameworks=dict(_compat.NOTHING_CONNECTED),
+                auto_connect_arg_parser=False, auto_resource_monitoring=False,
+                auto_connect_streams=False)
             self._task.get_offline_mode_folder()  # resolved (and kept) under this cache dir
         self._logger: Any = self._task.get_logger()
         self._set_config(dict(run.config))
