@@ -216,6 +216,7 @@ def test_a_class_defined_in_a_test_runs_in_a_thread_with_one_info_line(make, cap
     monitor.close()
 
 
+@pytest.mark.timing
 def test_drop_counts_exactly_and_a_backend_that_keeps_up_never_drops(make):
     """A slow backend (20 ms per write) beside a fast one, a small buffer, calls every 5 ms:
     the slow one drops and counts each drop, the fast one gets every call."""
@@ -401,9 +402,12 @@ def test_flush_and_close_keep_their_deadline_whatever_a_hung_writers_pipe_holds(
     frame behind it could never take. Control requests go on a pipe of their own."""
     monitor = make(order, dispatch="process", queue_size=1, on_full="drop",
                    faulty={"hang_at": 0})
-    with pytest.warns(BackendWarning, match="'faulty' is slower than the logging"):
+    # jsonl may drop too: its one-page pipe holds a few calls, and a loaded machine can leave
+    # its writer unscheduled past the drop grace (counted below; this test is about deadlines)
+    with pytest.warns(BackendWarning) as caught:
         for step in range(300):
             monitor.log({f"t{i}": float(step) for i in range(tags)}, step=step)
+    assert any("'faulty' is slower than the logging" in str(w.message) for w in caught)
     started = time.monotonic()
     with pytest.raises(FlushTimeout) as late:
         monitor.flush(timeout=1.0)
@@ -421,6 +425,7 @@ def test_flush_and_close_keep_their_deadline_whatever_a_hung_writers_pipe_holds(
 
 
 @pytest.mark.process
+@pytest.mark.timing
 @pytest.mark.parametrize("slow_first", [True, False])
 def test_backends_that_keep_up_never_drop_beside_a_slow_one(make, slow_first):
     """The case of issue 34: ``queue_size=8``, ``on_full="drop"``, a backend taking 20 ms per
