@@ -129,6 +129,26 @@ def test_crash_marks_the_task(tmp_path: Path) -> None:
     assert clearml_monitor.CRASH_TAG in task["tags"]
 
 
+def test_the_process_keeps_its_own_signal_handlers(tmp_path: Path) -> None:
+    """``Task.init`` replaces the process's SIGTERM handler with ClearML's, which closes the task
+    at once: a writer preempted with its job (SIGTERM to every process) could then neither write
+    the rest of its pipe nor mark the crash. The handlers in place before are put back."""
+    import signal
+
+    def ours(signum: int, frame: Any) -> None:
+        raise AssertionError("not called")
+
+    before = signal.signal(signal.SIGTERM, ours)
+    try:
+        backend = ClearmlMonitor(RunInfo(project="p", name="r", log_dir=tmp_path))
+        try:
+            assert signal.getsignal(signal.SIGTERM) is ours
+        finally:
+            backend.monitor_close()
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
 def test_the_clearml_internals_used_are_there() -> None:
     """``monitors list --check`` and the core run this check; the installed ClearML passes."""
     from core_monitor import Capabilities

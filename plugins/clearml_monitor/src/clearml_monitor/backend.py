@@ -11,6 +11,8 @@ import io
 import logging
 import math
 import os
+import signal
+import threading
 from collections.abc import Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -83,7 +85,9 @@ class ClearmlMonitor:
     ``auto_connect_arg_parser=False``, ``auto_resource_monitoring=False``,
     ``auto_connect_streams=False``; events are written by a thread, not a subprocess forked
     from the trainer, and ClearML's update check (a request to ``updates.clear.ml`` at every
-    first ``Task.init`` of a process, offline too) is not made (``_compat``).
+    first ``Task.init`` of a process, offline too) is not made (``_compat``). The signal
+    handlers ``Task.init`` replaces are put back: ClearML's would close the task at SIGTERM,
+    before a writer process wrote the rest of its pipe and marked the crash.
 
     ClearML allows one open task per process: a second ``ClearmlMonitor`` while one is open in
     the same process raises ``ConfigError`` (``dispatch="process"``, the default, gives each
@@ -155,7 +159,7 @@ class ClearmlMonitor:
         Logger.set_reporting_nan_value(math.nan, warn_period=QUIET)
         Logger.set_reporting_inf_value(math.inf, warn_period=QUIET)
         self._logger_class = Logger
-        with _cache_dir(run), self._silenced():
+        with _cache_dir(run), self._silenced(), _own_signal_handlers():
             self._task: Any = Task.init(
                 project_name=run.project, task_name=run.ranked_name,
                 tags=list(tags) if tags else None, reuse_last_task_id=False,
@@ -279,6 +283,32 @@ def _png(image: Image) -> io.BytesIO:
         stream, format="PNG", pnginfo=info)
     stream.seek(0)
     return stream
+
+
+#: The signals whose handlers ``Task.init`` replaces (ClearML's ``ExitHooks``), by name.
+HOOKED_SIGNALS = ("SIGINT", "SIGTERM", "SIGSEGV", "SIGABRT", "SIGILL", "SIGFPE", "SIGQUIT")
+
+
+@contextmanager
+def _own_signal_handlers() -> Iterator[None]:
+    """Put this process's signal handlers back after ``Task.init``, which replaces them with
+    ClearML's: its SIGTERM handler closes the task at once, so under a scheduler's SIGTERM to
+    every process of a job (Slurm's preemption) a writer process could neither write what its
+    pipe still held nor mark the crash (``monitor_crash``). The process's own handling stays
+    in charge: the core's closes the monitor (in a writer: drain, crash mark, close). Only in
+    the main thread, the one where handlers can be set (in another, ClearML cannot set its own
+    either)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    signals = [getattr(signal, name) for name in HOOKED_SIGNALS if hasattr(signal, name)]
+    saved = {number: signal.getsignal(number) for number in signals}
+    try:
+        yield
+    finally:
+        for number, handler in saved.items():
+            if handler is not None and signal.getsignal(number) is not handler:
+                signal.signal(number, handler)
 
 
 @contextmanager
