@@ -28,7 +28,7 @@ TRAIN = """
 import sys, time
 from core_monitor import Monitor
 monitor = Monitor([sys.argv[2]], project="b9", name="job", log_dir=sys.argv[1],
-                  dispatch="process")
+                  dispatch="process", wait=True)  # the SDK's own processes are up, as mid-run
 for step in range(300):
     monitor.log({f"m{i}": step + i / 8 for i in range(10)}, step=step)
 print("logged", flush=True)

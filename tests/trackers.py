@@ -31,15 +31,12 @@ RESUMABLE = [name for name in BACKENDS if Capabilities.of(
 READERS = {name: module.read_rows for name, module in PLUGINS.items()}
 
 
-def assert_crash_marks(run: RunInfo, reason: str, last_step: int, *, wandb: bool = True) -> None:
+def assert_crash_marks(run: RunInfo, reason: str, last_step: int) -> None:
     """Every first-party backend that has a place for it shows that ``run`` ended by a crash
     whose reason starts with ``reason``, marked at ``last_step`` where the mark has a step
-    (wandb's exit code has no reason; ``wandb=False`` skips it, for a run whose wandb service
-    died before its exit record)."""
-    marks = {name: globals()[f"_{name}_crash"] for name in BACKENDS}
-    for name, check in marks.items():
-        if name != "wandb" or wandb:
-            check(PLUGINS[name], run, reason, last_step)
+    (wandb's exit code has no reason)."""
+    for name in BACKENDS:
+        globals()[f"_{name}_crash"](PLUGINS[name], run, reason, last_step)
 
 
 def _wandb_crash(wandb_monitor: ModuleType, run: RunInfo, reason: str, last_step: int) -> None:

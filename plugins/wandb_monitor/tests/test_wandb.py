@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -304,6 +306,69 @@ def check_user_runs_are_left_alone(monitor, first, settings, tmp_path):
     second.log({"user": 2.0})
     second.finish()
     assert read_rows(monitor.run) == [("loss", 7, 1.0)]
+
+
+def _wait_ended(pid: int) -> None:
+    """Wait until ``pid`` (a child of this process) has exited: a zombie, or gone."""
+    for _ in range(200):
+        try:
+            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                return
+        except OSError:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"process {pid} did not end within 10 s of SIGTERM")
+
+
+@needs_proc
+@pytest.mark.parametrize("limit", [None, 4096], ids=["journal-since-start", "journal-trimmed"])
+def test_a_service_killed_under_the_run_loses_nothing(tmp_path, monkeypatch, limit):
+    """SIGTERM to wandb-core (a scheduler signals every process of a job; wandb-core exits at
+    once, with what it held in memory): the run goes on in a new service, a second folder of
+    the same run id, and every row, media item and config key is stored exactly once.
+    ``journal-trimmed``: markers found in the file have dropped what was on disk, so what is
+    sent again is read back from the file past the last marker only."""
+    import numpy as np
+
+    from core_monitor import Image
+    from core_monitor.media import MediaItem
+    from wandb_monitor import journal
+
+    if limit is not None:
+        monkeypatch.setattr(journal, "LIMIT", limit)
+    run = RunInfo(project="cases", name="killed", config={"lr": 0.1}, log_dir=tmp_path)
+    backend = WandbMonitor(run, **OPTIONS)
+
+    def write(step: int) -> None:
+        backend.monitor_write([Event(f"m{i}", step + i / 8, step, 1.0e9 + step)
+                               for i in range(3)])
+
+    step = 0
+    while step < 100 or (limit is not None and backend._journal.durable == 0):
+        write(step)
+        step += 1
+        assert step < 20_000, "no marker reached the file"
+    if limit is not None:
+        assert len(backend._journal.entries) < step, "nothing was dropped from the journal"
+    pixels = np.arange(48, dtype=np.uint8).reshape(4, 4, 3)
+    backend.monitor_write_media([MediaItem("img", step - 1, 1.0e9 + step - 1, Image(pixels))])
+    backend.monitor_config({"late": 1})
+    (service,) = wandb_core_processes()
+    os.kill(service, signal.SIGTERM)
+    _wait_ended(service)
+    for later in range(step, step + 100):
+        write(later)
+    backend.monitor_close()
+
+    assert backend.restarts == 1
+    assert len(find_run_dirs(tmp_path)) == 2
+    assert sorted(read_rows(run)) == sorted(
+        (f"m{i}", s, s + i / 8) for s in range(step + 100) for i in range(3))
+    ((tag, at, image),) = read_media(run)
+    assert (tag, at) == ("img", step - 1) and (image.array == pixels).all()
+    assert read_config(run) == {"lr": 0.1, "late": 1}
+    assert read_exit_code(run) == 0
+    assert wandb_core_processes() == []
 
 
 def test_tags_wandb_reserves_are_escaped_in_storage(monitor_factory):

@@ -35,7 +35,8 @@ How it ends:
   request came within ``TERM_SECONDS``, it writes what the pipe holds and ends as after a
   death, the reason naming SIGTERM. SIGTERM is blocked on the main thread, hence in every
   thread and process the SDK starts (wandb's service is a Go program, which unblocks it: it
-  dies of a job-wide SIGTERM with what it had not written).
+  dies of a job-wide SIGTERM with what it had not written, and the wandb backend continues its
+  run in a new service).
 
 The reader thread ends the process (``os._exit(3)``) ``DRAIN_SECONDS`` after a death or SIGTERM
 was seen, even when the main thread is stuck inside a hook; seen while the backend was still
@@ -443,8 +444,9 @@ def main(argv: list[str]) -> int:
     # SIGTERM reaches this process through the reader thread only: blocked on the main thread,
     # it is blocked in every thread and process the SDK starts from here on (a signal mask is
     # inherited across fork and exec). A scheduler signals every process of the job at once;
-    # an SDK's helper (wandb's service) that died of it would lose the calls still on their
-    # way to it. They end when the writer closes the backend, or with the job's SIGKILL.
+    # an SDK's helper that died of it would lose the calls still on their way to it (wandb's
+    # service unblocks it; the wandb backend recovers). They end when the writer closes the
+    # backend, or with the job's SIGKILL.
     if hasattr(signal, "pthread_sigmask"):
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     started = writer.start()

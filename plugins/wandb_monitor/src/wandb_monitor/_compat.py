@@ -80,6 +80,14 @@ def problems() -> list[str]:
 
     if not hasattr(interface_shared.InterfaceShared, "_publish"):
         found.append("no InterfaceShared._publish (flush's write-through)")
+    from wandb.sdk.lib.service import service_client, service_connection, service_process
+
+    for owner, names in ((service_connection.ServiceConnection, {"_proc", "_client"}),
+                         (service_process.ServiceProcess, {"_process"}),
+                         (service_client.ServiceClient, {"_broken_exc"})):
+        if not names <= set(owner.__init__.__code__.co_names):
+            found.append(f"no {owner.__name__} with {', '.join(sorted(names))} (a service "
+                         "that died)")
     return found
 
 
@@ -115,6 +123,25 @@ def other_runs_active() -> bool:
         return True
 
 
+def service_lost() -> bool:
+    """Whether this process's wandb service (``wandb-core``, started by ``wandb.init``) has
+    ended: its process exited (SIGTERM to every process of a job, an out-of-memory kill) or its
+    connection broke. ``False`` when there is none, or when it is not this process's child
+    (a service reached through ``WANDB_SERVICE`` has no process handle here)."""
+    from wandb.sdk import wandb_setup
+
+    singleton = getattr(wandb_setup, "_singleton", None)
+    if singleton is None or getattr(singleton, "_pid", None) != os.getpid():
+        return False
+    connection = getattr(singleton, "_connection", None)
+    if connection is None:
+        return False
+    process = getattr(getattr(connection, "_proc", None), "_process", None)
+    if process is not None and process.poll() is not None:
+        return True
+    return getattr(getattr(connection, "_client", None), "_broken_exc", None) is not None
+
+
 def detach(run: Any) -> None:
     """Hide ``run`` from wandb's list of active runs: what a user's own ``wandb.init()``
     (``reinit="default"``) returns instead of a new run, and what ``reinit="finish_previous"``
@@ -127,11 +154,13 @@ def detach(run: Any) -> None:
 # The .wandb transaction log ------------------------------------------------------------------
 
 
-def read_records(path: str | os.PathLike[str]) -> Iterator[Any]:
+def read_records(path: str | os.PathLike[str], start: int = 0) -> Iterator[Any]:
     """Yield the ``wandb.proto.wandb_internal_pb2.Record`` messages of a ``.wandb`` file in order.
 
     Args:
         path: a ``run-<id>.wandb`` file, or a run folder holding exactly one.
+        start: a byte offset: only records that begin in or after its 32 KiB block are read
+            (0: the whole file).
 
     A file still being written ends at its last complete record (wandb-core writes whole
     32 KiB blocks until the run finishes).
@@ -143,6 +172,16 @@ def read_records(path: str | os.PathLike[str]) -> Iterator[Any]:
     """
     record_class = _record_class()
     file = _wandb_file(path)
+    start = start // _BLOCK * _BLOCK
+    if start:
+        with file.open("rb") as stream:
+            stream.seek(start)
+            data = stream.read()
+        for payload in _payloads(data, start, file):
+            record = record_class()
+            record.ParseFromString(payload)
+            yield record
+        return
     data = file.read_bytes()
     if len(data) < len(_HEADER) and _HEADER.startswith(data):
         return  # just created: nothing written yet
@@ -235,45 +274,66 @@ def exit_record_written(file: Path) -> bool:
 WRITE_THROUGH_TIMEOUT = 30.0
 
 
+def publish_marker(run: Any) -> str:
+    """Send one empty telemetry record padded past a block's size (its ``uuid`` field: a token
+    new to this call, repeated), which makes wandb-core complete and write the 32 KiB block
+    holding every record sent before it; return the token (``marker_in`` finds it). The
+    padding carries no data (an empty telemetry update, on sync too); it costs about 33 KB of
+    file.
+
+    Raises:
+        ConnectionError: wandb's service is gone (``service_lost``).
+    """
+    from wandb.proto import wandb_internal_pb2, wandb_telemetry_pb2
+
+    token = uuid.uuid4().hex
+    record = wandb_internal_pb2.Record(  # type: ignore[attr-defined]  # built at run time
+        telemetry=wandb_telemetry_pb2.TelemetryRecord())  # type: ignore[attr-defined]
+    # Past a block's end, a whole copy of the token lies inside one chunk of a written block.
+    record.uuid = token * ((_BLOCK + 256) // len(token) + 1)
+    run._interface._publish(record)
+    return token
+
+
+def marker_in(file: Path, start: int, token: str) -> int | None:
+    """Where ``file`` holds ``token`` (``publish_marker``) at or after byte ``start``: the
+    byte offset of its first copy there, or ``None`` when not (yet) written."""
+    found = token.encode("ascii")
+    try:
+        with file.open("rb") as stream:
+            stream.seek(start)
+            at = stream.read().find(found)
+    except OSError:
+        return None
+    return None if at < 0 else start + at
+
+
 def write_through(run: Any, file: Path, timeout: float = WRITE_THROUGH_TIMEOUT) -> None:
     """Make every record sent so far reach ``file`` (the run's ``.wandb`` log) on disk.
 
     wandb-core writes the log in whole 32 KiB blocks and has no flush request: up to one block
     of the latest records lives only in its memory, and is lost when the training process is
     killed (SIGKILL, an out-of-memory kill), since wandb-core then exits without writing it.
-    So this sends one empty telemetry record padded past a block's size (its ``uuid`` field: a
-    token new to this call, repeated), which makes wandb-core complete and write the block
-    holding everything sent before, and waits until the token is in the file. wandb-core
+    So this sends a marker (``publish_marker``) and waits until it is in the file. wandb-core
     writes in order, and may still be blocks behind when this is called (under load), so the
-    wait is for this call's own token, not for the file's next block. Costs about 33 KB of file
-    per call; the padding record carries no data (an empty telemetry update, on sync too).
+    wait is for this call's own marker, not for the file's next block.
 
     Raises:
         TimeoutError: the block did not reach the file within ``timeout`` seconds.
+        ConnectionError: wandb's service is gone (``service_lost``), before or during the wait.
     """
-    from wandb.proto import wandb_internal_pb2, wandb_telemetry_pb2
-
     try:
         size = file.stat().st_size
     except OSError:
         size = 0
-    # Past a block's end, a whole copy of the token lies inside one chunk of a written block.
-    token = uuid.uuid4().hex
-    record = wandb_internal_pb2.Record(  # type: ignore[attr-defined]  # built at run time
-        telemetry=wandb_telemetry_pb2.TelemetryRecord())  # type: ignore[attr-defined]
-    record.uuid = token * ((_BLOCK + 256) // len(token) + 1)
-    run._interface._publish(record)
-    found = token.encode("ascii")
+    token = publish_marker(run)
     deadline = time.monotonic() + timeout
     delay = 0.001
-    while True:
-        try:
-            with file.open("rb") as stream:
-                stream.seek(size)  # the padding follows what was on disk before it was sent
-                if found in stream.read():
-                    return
-        except OSError:
-            pass
+    # The padding follows what was on disk before it was sent.
+    while marker_in(file, size, token) is None:
+        if service_lost():
+            raise ConnectionResetError("wandb: the service (wandb-core) ended before it wrote "
+                                       f"the run's records to {str(file)!r}")
         if time.monotonic() > deadline:
             raise TimeoutError(f"wandb: the run's records did not reach {str(file)!r} within "
                                f"{timeout:g} s of flush(); they may be lost if the process "

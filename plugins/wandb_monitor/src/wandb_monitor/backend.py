@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -14,7 +16,7 @@ from core_monitor.media import MEDIA_KINDS
 from core_monitor.resume import NoRunToResume
 from core_monitor.run import training_pid
 
-from . import _compat, media, reader, service
+from . import _compat, journal, media, reader, service
 from .storage import DEFAULT_STEP_METRIC, ESCAPE, ESCAPED_FIRST, escaped
 
 if TYPE_CHECKING:
@@ -188,20 +190,68 @@ class WandbMonitor:
         self.run_file: Path | None = None
         #: The run's folder (``offline-run-...`` or ``run-...``), or ``None`` when disabled.
         self.run_dir: Path | None = None
+        #: How many times wandb's service died under the run and the run went on in a new one.
+        self.restarts = 0
+        self._init = init
+        self._config = dict(init["config"])  # the config so far, given again after a restart
+        self._journal = journal.Journal(step_metric)
+        self._next_row = first_row  # wandb's _step of the next row
         self._run = service.start_run(init)
         try:
-            _compat.detach(self._run)
-            self._run.define_metric(step_metric, hidden=True)
-            self._run.define_metric("*", step_metric=step_metric)
-            self._log = self._run.log
-            if first_row > self._run.starting_step:  # offline: wandb would restart at 0
-                self._log = _counting_from(self._run.log, first_row)
-            if not self._run.disabled:
-                self.run_file = Path(self._run.settings.sync_file)
-                self.run_dir = self.run_file.parent
+            self._started(first_row)
         except BaseException:
             self.monitor_close()
             raise
+
+    def _started(self, first_row: int) -> None:
+        """Set up the run just started: hidden from wandb's active runs, the step metric
+        declared, its first row committed as wandb's ``_step`` ``first_row``."""
+        run = self._run
+        _compat.detach(run)
+        run.define_metric(self.step_metric, hidden=True)
+        run.define_metric("*", step_metric=self.step_metric)
+        self._log = run.log
+        if first_row > run.starting_step:  # offline: wandb would restart at 0
+            self._log = _counting_from(run.log, first_row)
+        self._next_row = max(first_row, run.starting_step)
+        if not run.disabled:
+            self.run_file = Path(run.settings.sync_file)
+            self.run_dir = self.run_file.parent
+
+    def _send(self, data: dict[str, Any]) -> None:
+        """``Run.log(data)``: one history row."""
+        self._log(data)
+        self._next_row += 1
+
+    def _restart(self, error: ConnectionError) -> None:
+        """wandb's service died under the run (``_compat.service_lost()``; e.g. SIGTERM to
+        every process of a job, which ends ``wandb-core`` at once): continue the run on a new
+        service (``wandb.init(id=<the run's id>, resume="allow")``: offline, a new folder of
+        the same run) and log again every row of the ``journal`` that its file lacks, with the
+        config so far. At most ``MAX_RESTARTS`` times per run.
+
+        Raises:
+            ConnectionError: ``error`` again, when the service has not died or the run was
+                restarted ``MAX_RESTARTS`` times already.
+        """
+        if not _compat.service_lost() or self.restarts >= MAX_RESTARTS:
+            raise error
+        self.restarts += 1
+        stored = self._journal.stored_keys(self.run_file)
+        if self.run_dir is not None:  # a new folder: its name holds the start's second
+            stamp = re.search(r"\d{8}_\d{6}", self.run_dir.name)
+            while stamp and datetime.now().strftime("%Y%m%d_%H%M%S") <= stamp.group():
+                time.sleep(0.05)
+        init = dict(self._init, id=self._run.id, resume="allow", config=self._config)
+        self._run = service.restart_run(init)
+        self._started(self._next_row)
+        missing = self._journal.missing(stored)
+        self._journal = journal.Journal(self.step_metric)
+        for kind, payload in missing:
+            if kind == "rows":
+                self._write_rows(payload)
+            else:
+                self._write_media(payload)
 
     @hookimpl
     def monitor_write(self, events: Sequence[Event]) -> None:
@@ -211,7 +261,7 @@ class WandbMonitor:
             wandb.Error: the run was finished from outside (e.g. ``wandb.teardown()``).
         """
         step_metric = self.step_metric
-        log = self._log
+        rows = []
         for step, wall_time, row in rows_by_step(events):
             data = {
                 (ESCAPE + tag if tag[0] in ESCAPED_FIRST or tag == step_metric else tag): value
@@ -219,12 +269,37 @@ class WandbMonitor:
             }
             data[step_metric] = step
             data["_timestamp"] = wall_time
-            log(data)
+            rows.append(data)
+        self._write_rows(rows)
+
+    def _write_rows(self, rows: list[dict[str, Any]]) -> None:
+        if self.run_file is None:  # mode "disabled": no service
+            for data in rows:
+                self._send(data)
+            return
+        self._journal.add_rows(rows)
+        try:
+            for data in rows:
+                self._send(data)
+            self._journal.watch(self._run, self.run_file)
+        except ConnectionError as error:
+            self._restart(error)  # logs this call's rows again, with what the file lacks
 
     @hookimpl
     def monitor_write_media(self, items: Sequence[media.MediaItem]) -> None:
         """Images, histograms and text as wandb media, one history row per step (``media``)."""
-        media.write_media(self._log, self.step_metric, items)
+        self._write_media(items)
+
+    def _write_media(self, items: Sequence[media.MediaItem]) -> None:
+        if self.run_file is None:
+            media.write_media(self._send, self.step_metric, items)
+            return
+        self._journal.add_media(items)
+        try:
+            media.write_media(self._send, self.step_metric, items)
+            self._journal.watch(self._run, self.run_file)
+        except ConnectionError as error:
+            self._restart(error)
 
     @hookimpl
     def monitor_flush(self) -> None:
@@ -236,8 +311,22 @@ class WandbMonitor:
             TimeoutError: wandb-core did not write them within
                 ``_compat.WRITE_THROUGH_TIMEOUT`` seconds.
         """
-        if not self._closed and self.run_file is not None:
-            _compat.write_through(self._run, self.run_file)
+        if self._closed or self.run_file is None:
+            return
+        try:
+            self._write_through()
+        except ConnectionError as error:
+            self._restart(error)
+            self._write_through()
+
+    def _write_through(self) -> None:
+        assert self.run_file is not None
+        try:
+            size = self.run_file.stat().st_size
+        except OSError:
+            size = 0
+        _compat.write_through(self._run, self.run_file)
+        self._journal.written(size)
 
     @hookimpl
     def monitor_config(self, config: Mapping[str, Any]) -> None:
@@ -247,7 +336,11 @@ class WandbMonitor:
         if self._closed:
             raise RuntimeError("wandb: monitor_config after monitor_close")
         update = {escaped(key, self.step_metric): value for key, value in config.items()}
-        self._run.config.update(update, allow_val_change=True)
+        self._config.update(update)
+        try:
+            self._run.config.update(update, allow_val_change=True)
+        except ConnectionError as error:
+            self._restart(error)  # the new run starts with self._config
 
     @hookimpl
     def monitor_close(self) -> None:
@@ -264,6 +357,13 @@ class WandbMonitor:
         if self._closed:
             return
         self._closed = True
+        try:
+            self._finish()
+        except ConnectionError as error:
+            self._restart(error)
+            self._finish()
+
+    def _finish(self) -> None:
         if self.exit_code is None:
             service.finish_run(self._run, self.run_file)
         else:
@@ -280,6 +380,10 @@ class WandbMonitor:
         """
         if not self._closed:
             self.exit_code = service.CRASH_EXIT_CODE
+
+
+#: Times a run goes on in a new service after wandb's service died under it (``_restart``).
+MAX_RESTARTS = 3
 
 
 def _counting_from(log: Any, first_row: int) -> Any:

@@ -3,11 +3,13 @@ only when the plugin started it and nothing else uses it.
 
 A service this plugin started, and that no one else's run uses yet, is torn down when the
 plugin's last run closes, so no ``wandb-core`` process outlives the monitor; a service someone
-else started (the script's own ``wandb.init()``) is left alone.
+else started (the script's own ``wandb.init()``) is left alone. A service that died under a run
+(``_compat.service_lost()``) is replaced by a new one (``restart_run``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -62,28 +64,18 @@ def finish_run(run: Any, file: Path | None, *, exit_code: int | None = None,
     Raises:
         TimeoutError: the exit record did not reach the file in time.
     """
-    global _owned_service_pid, _open_runs
-    import wandb
-
     try:
         run.finish(exit_code=exit_code)
     except Exception:
+        if _compat.service_lost():
+            raise  # still counted open: the caller starts it again (restart_run) to finish it
+        _release()
         # Someone called wandb.teardown() first: the service closed the run's file on its way
         # down (every row is in it, but no exit record), and finish() cannot reach it.
         if _compat.service_running() is not False:
             raise
         return
-    finally:
-        with _lock:
-            _open_runs -= 1
-            if (
-                _owned_service_pid == os.getpid()
-                and _open_runs == 0
-                and _compat.service_running()
-                and not _compat.other_runs_active()
-            ):
-                _owned_service_pid = None
-                wandb.teardown()
+    _release()
     if file is None:
         return
     deadline = time.monotonic() + timeout
@@ -96,3 +88,35 @@ def finish_run(run: Any, file: Path | None, *, exit_code: int | None = None,
             )
         time.sleep(delay)
         delay = min(2 * delay, 0.05)
+
+
+def _release() -> None:
+    """One run fewer; stop the service if this plugin started it and nothing else uses it."""
+    global _owned_service_pid, _open_runs
+    import wandb
+
+    with _lock:
+        _open_runs -= 1
+        if (
+            _owned_service_pid == os.getpid()
+            and _open_runs == 0
+            and _compat.service_running()
+            and not _compat.other_runs_active()
+        ):
+            _owned_service_pid = None
+            wandb.teardown()
+
+
+def restart_run(init: dict[str, Any]) -> Any:
+    """The service died (``_compat.service_lost()``): forget it and start a run with ``init``
+    on a new one (``start_run``). ``wandb.teardown()`` (public) drops this process's connection
+    to the dead service before it fails on it, so the next ``wandb.init`` starts a service."""
+    global _owned_service_pid, _open_runs
+    import wandb
+
+    with _lock:
+        _open_runs -= 1
+        _owned_service_pid = None
+        with contextlib.suppress(Exception):  # it reports the dead connection it dropped
+            wandb.teardown()
+    return start_run(init)
