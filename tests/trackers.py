@@ -59,7 +59,8 @@ def _trackio_crash(trackio_monitor: ModuleType, run: RunInfo, reason: str,
 
 def _tensorboard_crash(tensorboard_monitor: ModuleType, run: RunInfo, reason: str,
                        last_step: int) -> None:
-    texts = [(tag, step, value.text) for tag, step, value in tensorboard_monitor.read_media(run)]
+    texts = [(tag, step, value.text) for tag, step, value in tensorboard_monitor.read_media(run)
+             if value.kind == "text"]
     assert [(tag, step) for tag, step, _ in texts] == [(tensorboard_monitor.CRASH_TAG, last_step)]
     assert texts[0][2].startswith(reason)
 

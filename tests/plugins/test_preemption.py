@@ -19,9 +19,10 @@ import pytest
 from faulty_monitor import read_calls, read_steps
 from trackers import BACKENDS, READERS, assert_crash_marks
 
-from core_monitor import Monitor, RunInfo
+from core_monitor import Capabilities, Monitor, RunInfo, discovery
 from core_monitor.dispatch.writer import TERM_SECONDS
 from core_monitor.errors import BackendWarning
+from core_monitor.readers import load_reader
 
 STEPS, TAGS = 300, 10
 #: Seconds every process of the job gets to end after the SIGTERM (Slurm's default KillWait).
@@ -39,8 +40,15 @@ log_dir = sys.argv[1]
 # before the signal, as in a job preempted mid-training.
 monitor = Monitor(json.loads(sys.argv[2]), project="term", name="job", log_dir=log_dir,
                   dispatch="process", wait=True)
+images = sys.argv[3] == "image"
+if images:
+    import numpy as np
+    from core_monitor import Image
 for step in range(300):
-    monitor.log({f"m{i}": step + i / 8 for i in range(10)}, step=step)
+    row = {f"m{i}": step + i / 8 for i in range(10)}
+    if images:
+        row["img"] = Image(np.full((8, 8, 3), step % 256, np.uint8))
+    monitor.log(row, step=step)
 print(json.dumps({"logged": os.getpid()}), flush=True)
 time.sleep(600)
 """
@@ -73,14 +81,22 @@ def expected_rows() -> list[tuple[str, int, float]]:
     return sorted((f"m{i}", step, step + i / 8) for step in range(STEPS) for i in range(TAGS))
 
 
-@pytest.mark.parametrize("delivery", ["group", "job"])
-def test_sigterm_to_the_job_loses_no_row(tmp_path, delivery):
+
+def capabilities(name: str) -> Capabilities:
+    return Capabilities.of(discovery.load_backend(discovery.find_backend(name)))
+
+
+@pytest.mark.parametrize(("delivery", "payload"),
+                         [("group", "scalars"), ("job", "scalars"), ("job", "image")])
+def test_sigterm_to_the_job_loses_no_row(tmp_path, delivery, payload):
     """``group``: ``kill -TERM -- -PGID`` of the training process's group (writers run in
     sessions of their own, so only the training process gets it); ``job``: every process of
-    the job at once, as Slurm delivers it (the writers, and what their SDKs started)."""
+    the job at once, as Slurm delivers it (the writers, and what their SDKs started).
+    ``image``: each call also holds an 8x8 image, read back from every backend that stores
+    images."""
     log_dir = tmp_path / "runs"
     trainer = subprocess.Popen([sys.executable, "-c", textwrap.dedent(TRAIN), str(log_dir),
-                                json.dumps(BACKENDS)],
+                                json.dumps(BACKENDS), payload],
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                cwd=tmp_path, start_new_session=True)
     assert trainer.stdout is not None
@@ -114,6 +130,14 @@ def test_sigterm_to_the_job_loses_no_row(tmp_path, delivery):
     run = RunInfo(project="term", name="job", log_dir=log_dir)
     for name, read in READERS.items():
         assert sorted(read(run)) == expected_rows(), name
+    if payload == "image":
+        for name in BACKENDS:
+            read_media = load_reader(name).read_media
+            if read_media is None or "image" not in capabilities(name).media_kinds:
+                continue
+            images = sorted((step, int(value.array[0, 0, 0])) for tag, step, value
+                            in read_media(run) if tag == "img")
+            assert images == [(step, step % 256) for step in range(STEPS)], name
     reason = f"the training process (pid {trainer.pid}) received SIGTERM"
     assert_crash_marks(run, reason, STEPS - 1)
 
