@@ -60,6 +60,12 @@ class WandbMonitor:
     before any folder is created (an online run not found locally is not searched for on the
     server).
 
+    wandb's service dying under the run (``wandb-core`` exits at once on SIGTERM, which a
+    scheduler's preemption sends every process of a job): the run goes on in a new service
+    (``wandb.init(id=<its id>, resume="allow")``; offline, a new folder of the same run), and
+    every row and media item sent but not in the run's file is logged again (``journal``), with
+    the config so far; ``restarts`` counts it, at most ``MAX_RESTARTS`` per run.
+
     Args:
         run: the run (project, name, config, log_dir, rank) from the core.
         mode: ``"online"``, ``"offline"`` or ``"disabled"``; ``None`` (default) follows wandb's
