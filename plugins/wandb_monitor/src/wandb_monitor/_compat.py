@@ -4,12 +4,12 @@ Two things have no public API in wandb: (1) a library's run that must not become
 (wandb's active-run list, ``wandb_setup._singleton`` and its ``_pid``/``_connection``, to know
 whether this process started wandb's service and may stop it, and whether that service has
 ended: ``ServiceConnection._proc``/``_client``, for ``service_lost``), and (2) reading an
-offline run back: wandb writes no history JSON offline and ships no Python reader, so ``read_records``
-decodes the ``.wandb`` transaction log (LevelDB-log framing: 32 KiB blocks, CRC-32 per chunk)
-into wandb's own ``Record`` protobuf messages. ``problems()`` lists what this wandb lacks of
-the shape relied on; the backend's ``check_sdk()`` reports it and the core turns it into a
-``BackendLoadError`` naming the tested range (``core_monitor.compat``). Nothing here imports
-wandb at module import.
+offline run back: wandb writes no history JSON offline and ships no Python reader, so
+``read_records`` decodes the ``.wandb`` transaction log (LevelDB-log framing: 32 KiB blocks,
+CRC-32 per chunk) into wandb's own ``Record`` protobuf messages. ``problems()`` lists what this
+wandb lacks of the shape relied on; the backend's ``check_sdk()`` reports it and the core turns
+it into a ``BackendLoadError`` naming the tested range (``core_monitor.compat``). Nothing here
+imports wandb at module import.
 """
 
 from __future__ import annotations
