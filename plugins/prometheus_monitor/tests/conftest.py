@@ -92,11 +92,13 @@ class Server:
 
 
 class Pushgateway(Server):
-    """``prometheus-pushgateway`` in memory (no persistence file)."""
+    """``prometheus-pushgateway`` in memory: Debian's build persists to
+    ``/var/lib/prometheus/pushgateway.data`` by default, shared by every process, which
+    ``--persistence.file=`` turns off."""
 
     def __init__(self, root: Path) -> None:
         port = free_port()
-        super().__init__(root, [binary("prometheus-pushgateway"),
+        super().__init__(root, [binary("prometheus-pushgateway"), "--persistence.file=",
                                 f"--web.listen-address=127.0.0.1:{port}"], port)
 
     @property

@@ -177,8 +177,9 @@ def test_a_job_shorter_than_a_scrape_reaches_prometheus_through_the_pushgateway(
             monitor.log({"train/loss": 2.0 - step, "tokens_total": 1000.0 * step}, step=step)
     assert parse_rows(pushgateway.metrics(), monitor.run) == [("tokens_total", 2, 2000.0),
                                                              ("train/loss", 2, 0.0)]
-    (group,) = pushgateway.groups()
-    assert group["labels"] == {"job": "training", "project": "p", "run": "short", "rank": "0"}
+    groups = pushgateway.groups()
+    assert [group["labels"] for group in groups] == [
+        {"job": "training", "project": "p", "run": "short", "rank": "0"}], groups
     found = prometheus.wait_for('training_train_loss{job="training",run="short"}')
     assert [float(sample["value"][1]) for sample in found] == [0.0]
     (tokens,) = prometheus.wait_for('training_tokens{run="short"}')
