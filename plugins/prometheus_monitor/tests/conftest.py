@@ -121,7 +121,8 @@ class Prometheus(Server):
     ``root``."""
 
     def __init__(self, root: Path, targets: list[str], pushgateway: str | None) -> None:
-        jobs = [{"job_name": "training", "static_configs": [{"targets": targets}]}]
+        jobs: list[dict[str, Any]] = [
+            {"job_name": "training", "static_configs": [{"targets": targets}]}]
         if pushgateway is not None:
             jobs.append({"job_name": "pushgateway", "honor_labels": True,
                          "static_configs": [{"targets": [pushgateway]}]})
@@ -136,7 +137,8 @@ class Prometheus(Server):
         ], port)
 
     def query(self, promql: str) -> list[dict[str, Any]]:
-        """``/api/v1/query``: the instant vector's samples ``{"metric": labels, "value": [t, v]}``."""
+        """``/api/v1/query``: the instant vector's samples, each ``{"metric": labels,
+        "value": [t, v]}``."""
         url = f"{self.url}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
         answer = json.loads(get(url))
         assert answer["status"] == "success", answer

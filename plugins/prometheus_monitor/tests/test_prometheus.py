@@ -12,12 +12,12 @@ from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
+from prometheus_monitor import PrometheusMonitor, metric_name, parse_rows, read_rows
+from prometheus_monitor.storage import TARGETS, run_dir, unique_name
+
 from conftest import SCRAPE_SECONDS, Prometheus, Pushgateway, free_port
 from core_monitor import ConfigError, Monitor, RunInfo
 from core_monitor.testing import MonitorContract
-
-from prometheus_monitor import PrometheusMonitor, metric_name, parse_rows, read_rows
-from prometheus_monitor.storage import TARGETS, run_dir, unique_name
 
 
 class TestPrometheusContract(MonitorContract):
@@ -159,7 +159,7 @@ def test_prometheus_scrapes_the_latest_value_and_step_of_a_run(
         found = prometheus.wait_for(f"training_train_loss{selector} == {want!r}")
         assert found[0]["metric"]["host"] == socket.gethostname()
         (step_sample,) = prometheus.wait_for(
-            f'training_step{{tag="train/loss",metric="training_train_loss",run="scraped"}} == 30')
+            'training_step{tag="train/loss",metric="training_train_loss",run="scraped"} == 30')
         assert float(step_sample["value"][1]) == 30
     history = prometheus.query_range(f"training_train_loss{selector}", began, time.time() + 2)
     seen = [float(value) for _, value in history[0]["values"]]

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from ..errors import BackendWarning, ConfigError
 from ..capabilities import Capabilities
+from ..errors import BackendWarning, ConfigError
 from ..hookspecs import HOOKS, hookimpl, hookimpl_options
 from ..monitor import Monitor
 from ..options import option_types, unresolved_options

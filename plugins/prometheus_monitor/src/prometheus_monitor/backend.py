@@ -192,6 +192,11 @@ class PrometheusMonitor:
         return children
 
     @hookimpl
+    def monitor_config(self, config: Mapping[str, Any]) -> None:
+        """Nothing: Prometheus keeps no hyperparameters (a label per value would make a new
+        series per run and value), so ``capabilities.stores_config`` is off."""
+
+    @hookimpl
     def monitor_flush(self) -> None:
         """Rewrite ``metrics.prom`` and push to the Pushgateway (when given).
 
