@@ -18,7 +18,7 @@ import subprocess
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -116,13 +116,18 @@ class Pushgateway(Server):
 
 
 class Prometheus(Server):
-    """``prometheus`` scraping ``targets`` every ``SCRAPE_SECONDS`` (job ``training``) and the
+    """``prometheus`` scraping ``targets`` every ``SCRAPE_SECONDS`` (job ``training``), the
+    targets listed in the ``file_sd`` files (job ``discovered``, reread every second) and the
     Pushgateway's ``pushgateway`` target (job ``pushgateway``, ``honor_labels``), its TSDB under
     ``root``."""
 
-    def __init__(self, root: Path, targets: list[str], pushgateway: str | None) -> None:
+    def __init__(self, root: Path, targets: list[str], pushgateway: str | None,
+                 file_sd: Sequence[Path] = ()) -> None:
         jobs: list[dict[str, Any]] = [
             {"job_name": "training", "static_configs": [{"targets": targets}]}]
+        if file_sd:
+            jobs.append({"job_name": "discovered", "file_sd_configs": [
+                {"files": [str(path) for path in file_sd], "refresh_interval": "1s"}]})
         if pushgateway is not None:
             jobs.append({"job_name": "pushgateway", "honor_labels": True,
                          "static_configs": [{"targets": [pushgateway]}]})

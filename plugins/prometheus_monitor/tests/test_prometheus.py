@@ -167,6 +167,26 @@ def test_prometheus_scrapes_the_latest_value_and_step_of_a_run(
     assert seen == sorted(seen, reverse=True)  # sampled in the order logged
 
 
+def test_prometheus_finds_a_free_port_through_the_runs_targets_file(tmp_path: Path) -> None:
+    """port=0: Prometheus's file_sd reads targets.json (the format it documents) and scrapes the
+    port the run picked."""
+    run = RunInfo(project="p", name="found", log_dir=tmp_path / "logs")
+    sd_file = run_dir(run) / TARGETS  # type: ignore[operator]
+    root = tmp_path / "prometheus"
+    root.mkdir()
+    server = Prometheus(root, [], None, file_sd=[sd_file])
+    try:
+        with Monitor(["prometheus"], project="p", name="found", log_dir=run.log_dir) as monitor:
+            monitor.log({"train/loss": 0.75}, step=12)
+            monitor.flush()
+            (sample,) = server.wait_for('training_train_loss{job="discovered",run="found"}')
+            assert float(sample["value"][1]) == 0.75
+            assert sample["metric"]["instance"] == json.loads(sd_file.read_text())[0][
+                "targets"][0]
+    finally:
+        server.stop()
+
+
 def test_a_job_shorter_than_a_scrape_reaches_prometheus_through_the_pushgateway(
         tmp_path: Path, prometheus: Prometheus, pushgateway: Pushgateway) -> None:
     """No endpoint at all (port=None): three steps and close within one scrape interval; the
