@@ -59,6 +59,7 @@ PLUGINS = {
     "dvclive": ROOT / "plugins" / "dvclive_monitor",
     "swanlab": ROOT / "plugins" / "swanlab_monitor",
     "clearml": ROOT / "plugins" / "clearml_monitor",
+    "prometheus": ROOT / "plugins" / "prometheus_monitor",
 }
 #: Plugins whose SDK cannot be installed on a supported Python, and those Pythons: the
 #: sessions of those Pythons (``newest``, ``pythons``) leave them out, naming them. Aim's

@@ -61,6 +61,7 @@ FOLDERS = {
     "dvclive-monitor": ROOT / "plugins" / "dvclive_monitor",
     "swanlab-monitor": ROOT / "plugins" / "swanlab_monitor",
     "clearml-monitor": ROOT / "plugins" / "clearml_monitor",
+    "prometheus-monitor": ROOT / "plugins" / "prometheus_monitor",
 }
 #: The supported Pythons (noxfile.PYTHONS says the same; CI tests the lowest and the highest).
 PYTHONS = ("3.10", "3.11", "3.12", "3.13")
@@ -78,6 +79,7 @@ ENTRY_POINTS = {
     "dvclive-monitor": [("experiment_monitors", "dvclive")],
     "swanlab-monitor": [("experiment_monitors", "swanlab")],
     "clearml-monitor": [("experiment_monitors", "clearml")],
+    "prometheus-monitor": [("experiment_monitors", "prometheus")],
 }
 #: Distributions whose SDK cannot be installed on every supported Python: the Pythons they
 #: support (``Requires-Python`` then also names the first one left out). Aim's aimrocks has no

@@ -178,6 +178,26 @@ def test_a_run_is_never_copied_into_itself(sources, capsys):
     assert len(tensorboard_monitor.read_rows(run)) == 7
 
 
+def test_a_copy_into_a_latest_value_backend_sends_each_tags_last_point(sources, tmp_path,
+                                                                       capsys):
+    """prometheus keeps the latest point of each tag (``history="latest"``): a copy sends
+    those and says how many earlier points it left out."""
+    pytest.importorskip("prometheus_monitor")
+    run = sources["tensorboard"]
+    copied = RunInfo(project="move", name="latest", log_dir=tmp_path)
+    assert cli.main(["copy", "tensorboard", "prometheus", "--project", "move", "--name",
+                     "run1", "--log-dir", str(run.log_dir), "--to-log-dir", str(tmp_path),
+                     "--to-name", copied.name]) == 0
+    out = capsys.readouterr().out
+    rows = tensorboard_monitor.read_rows(run)
+    last = {tag: (tag, step, value) for tag, step, value in rows}
+    assert "points: 2 of 2 arrived" in out, out
+    assert "config: 0 of 0 keys arrived; not sent (not stored by prometheus): 2 keys" in out
+    assert (f"not sent, as prometheus cannot store them: {len(rows) - 2} earlier points (it "
+            "keeps the latest of each tag)") in out, out
+    assert reader("prometheus").read_rows(copied) == sorted(last.values())
+
+
 def test_a_backend_without_a_reader_is_no_source(capsys):
     assert cli.main(["copy", "twin", "trackio", "--project", "p", "--name", "r"]) == 2
     err = capsys.readouterr().err

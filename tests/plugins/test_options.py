@@ -25,6 +25,8 @@ pytestmark = pytest.mark.process
     ("mlflow", {"request_timeout": 0}, ["request_timeout=0", "> 0"]),
     ("mlflow", {"tags": {"a//b": 1}}, ["'a//b'", "MLflow refuses"]),
     ("trackio", {"server_url": "ftp://host"}, ["server_url='ftp://host'", "http://"]),
+    ("prometheus", {"port": 70000}, ["port=70000", "from 0 to 65535"]),
+    ("prometheus", {"prefix": "ml-train"}, ["prefix='ml-train'", "[a-zA-Z_][a-zA-Z0-9_]*"]),
 ])
 def test_a_bad_option_value_raises_in_monitor_with_writer_processes(
     backend, options, words, tmp_path

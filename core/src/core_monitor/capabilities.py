@@ -39,6 +39,7 @@ CAPABILITY_VALUES: dict[str, tuple[Any, ...]] = {
     "stores_config": (False, True),
     "supports_resume": (False, True),
     "repeated_steps": ("all", "first"),
+    "history": ("all", "latest"),
 }
 #: The largest step the contract asks a backend to store: int64's largest, the widest step
 #: field of the first-party trackers (TensorBoard, wandb, MLflow).
@@ -77,6 +78,11 @@ class Capabilities:
             one value per tag and step, the first (SwanLab): the backend does not send the
             later ones and warns once per tag (``RuntimeWarning``), the kit expects exactly that,
             and ``monitors copy`` does not send them (it says so).
+        history: ``"all"`` (the contract) when every point logged is stored; ``"latest"``
+            when the backend keeps only the latest point of each tag, its step beside it (an
+            exporter whose values a scraper samples, as Prometheus does): the kit then expects,
+            per tag, the last point logged, and cannot see whether the earlier ones were
+            stored (``monitors copy`` from it copies the latest points only).
         max_step: the largest step the tracker stores (default ``LARGEST_STEP``, ``2**63 - 1``);
             a tracker with a narrower step field (SwanLab: ``2**48 - 1``) declares it: the
             backend does not send points beyond it and warns once per tag, the kit expects
@@ -104,6 +110,7 @@ class Capabilities:
     supports_resume: bool = False
     tested_sdk: str | None = None
     repeated_steps: Literal["all", "first"] = "all"
+    history: Literal["all", "latest"] = "all"
     max_step: int = LARGEST_STEP
 
     def __post_init__(self) -> None:

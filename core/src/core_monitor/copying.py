@@ -40,7 +40,9 @@ class CopyReport:
             ``arrived`` is ``None`` when the destination has no reader (not verified).
         skipped: media kind -> values not sent (the destination does not store the kind).
         unstorable: the points not sent because the destination's tracker cannot store them
-            (its ``Capabilities.repeated_steps`` and ``max_step``), in words; ``""``: none.
+            (its ``Capabilities.repeated_steps``, ``max_step`` and ``history``), in words;
+            ``""``: none.
+        config_skipped: config keys not sent (the destination has ``stores_config`` off).
         lines: the summary lines printed.
     """
 
@@ -49,6 +51,7 @@ class CopyReport:
     media: tuple[int, int | None] = (0, None)
     skipped: dict[str, int] = field(default_factory=dict)
     unstorable: str = ""
+    config_skipped: int = 0
     lines: list[str] = field(default_factory=list)
 
     @property
@@ -100,8 +103,8 @@ def _capabilities(name: str) -> Capabilities:
 
 def _storable(rows: list[tuple[str, int, float]], caps: Capabilities,
               ) -> tuple[list[tuple[str, int, float]], str]:
-    """The points of ``rows`` the destination's tracker stores (its ``repeated_steps`` and
-    ``max_step``), and why the others are not sent (``""`` when all are)."""
+    """The points of ``rows`` the destination's tracker stores (its ``repeated_steps``,
+    ``max_step`` and ``history``), and why the others are not sent (``""`` when all are)."""
     kept, seen = [], set()
     repeated = beyond = 0
     for tag, step, value in rows:
@@ -114,6 +117,11 @@ def _storable(rows: list[tuple[str, int, float]], caps: Capabilities,
             kept.append((tag, step, value))
     why = [f"{repeated} repeated (tag, step) (it keeps the first)"] if repeated else []
     why += [f"{beyond} beyond step {caps.max_step}"] if beyond else []
+    if caps.history == "latest":  # only the last point of each tag is kept
+        last = {tag: i for i, (tag, _, _) in enumerate(kept)}
+        earlier = len(kept) - len(last)
+        kept = [row for i, row in enumerate(kept) if last[row[0]] == i]
+        why += [f"{earlier} earlier points (it keeps the latest of each tag)"] if earlier else []
     return kept, "; ".join(why)
 
 
@@ -174,6 +182,8 @@ def copy_run(
     sent_media = [(t, s, v) for t, s, v in media if v.kind in kinds]
     report = CopyReport(skipped=dict(Counter(v.kind for _, _, v in media if v.kind not in kinds)))
     rows, report.unstorable = _storable(rows, caps)
+    if not caps.stores_config:  # e.g. prometheus: nothing to send it to, nothing to miss
+        report.config_skipped, config = len(config), {}
     report.points, report.config, report.media = ((len(rows), None), (len(config), None),
                                                   (len(sent_media), None))
     steps = sorted({s for _, s, _ in rows})
@@ -310,6 +320,8 @@ def _verify(report: CopyReport, to: RunInfo, dest: str, dest_options: Mapping[st
     line = f"config: {report.config[1]} of {len(config)} keys arrived"
     if missing_keys:
         line += f"; missing: {', '.join(missing_keys[:5])}"
+    if report.config_skipped:
+        line += f"; not sent (not stored by {dest}): {report.config_skipped} keys"
     report.lines.append(line)
 
     have = Counter((t, s, v.kind) for t, s, v in stored_media)

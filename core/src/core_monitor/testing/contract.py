@@ -200,11 +200,14 @@ class MonitorContract(StepChecks, RunChecks, MediaChecks, ResumeChecks):
         return settle
 
     @pytest.fixture
-    def stored(self, read_rows: Callable[[RunInfo], Rows], settle: Callable[[Monitor], None]):
+    def stored(self, read_rows: Callable[[RunInfo], Rows], settle: Callable[[Monitor], None],
+               capabilities: Capabilities):
         """``stored(monitor)`` -> ``{tag: [(step, value), ...]}`` read back from the backend.
 
-        Flushes (or closes, for ``rows_readable_after = "close"`` backends) first.
+        Flushes (or closes, for ``rows_readable_after = "close"`` backends) first. For a
+        ``history="latest"`` backend, ``assert_stored`` then expects each tag's last point only.
         """
+        self._latest_only = capabilities.history == "latest"
 
         def stored(monitor: Monitor) -> dict[str, list[tuple[int, float]]]:
             settle(monitor)
@@ -240,6 +243,8 @@ class MonitorContract(StepChecks, RunChecks, MediaChecks, ResumeChecks):
         ``got``/``want``: ``{tag: [(step, value), ...]}`` in storage / logging order; ``dtype``:
         the backend's ``value_dtype``; ``where``: a prefix naming the run, e.g. ``"rank 1: "``.
         """
+        if getattr(self, "_latest_only", False):  # Capabilities.history == "latest"
+            want = {tag: points[-1:] for tag, points in want.items()}
         missing = sorted(set(want) - set(got))
         extra = sorted(set(got) - set(want))
         if want and not got:
