@@ -39,9 +39,9 @@ for step in range(3):
     monitor.log({"loss": 1.0 / (step + 1)}, step=step)
 t0, c0 = time.time(), time.process_time()
 time.sleep(5.0)  # the writers start meanwhile (wait=False); the hogs run
-t1, c1 = time.time(), time.process_time()
 block = bytearray(HOLD)
 block[::4096] = b"\\1" * len(range(0, HOLD, 4096))  # every page resident
+t1, c1 = time.time(), time.process_time()
 while time.time() - t1 < 4.0:
     pass
 t2, c2 = time.time(), time.process_time()
@@ -94,13 +94,15 @@ def test_the_job_is_sampled_not_the_machine_nor_the_writers(tmp_path):
     cpu = samples_by_step(reference, "system/cpu_percent")
     memory = samples_by_step(reference, "system/memory_rss_bytes")
     baseline = min(memory.values())
-    holding = sorted(s for s, m in memory.items() if m > baseline + HOLD / 2)
-    sleeping = sorted(s for s in memory if s < holding[0])
+    # The allocation may take seconds on a loaded machine: its samples are in neither phase.
+    holding = sorted(s for s, m in memory.items() if m > baseline + 0.9 * HOLD)
+    sleeping = sorted(s for s, m in memory.items() if m < baseline + 50e6 and s < holding[0])
     context = (f"hogs {hog_percent:.0f} %, trainer's own {own}, cpu {cpu}, memory {memory}, "
                f"writers {samples_by_step(reference, 'system/monitor/cpu_percent')}")
     # Memory: the 400 MiB the trainer holds, no more (no writer's memory counted).
+    assert len(holding) >= 3, context
     for step in holding:
-        assert 0.9 * HOLD < memory[step] - baseline < 1.5 * HOLD, context
+        assert memory[step] - baseline < 1.5 * HOLD, context
     # Sleeping: the trainer's own few percent, not the two hogs' (up to 200) nor the writers
     # starting their SDKs meanwhile (seconds of CPU each). The last sample before the
     # allocation may already hold some spinning.
@@ -108,7 +110,7 @@ def test_the_job_is_sampled_not_the_machine_nor_the_writers(tmp_path):
     assert len(asleep) >= 3, context
     assert statistics.median(asleep) < 15 + 100 * own["sleep"], context
     # Spinning one core: what the trainer measured of itself (its share of a busy machine),
-    # not that plus the hogs'. The first holding sample began while asleep; the last is
+    # not that plus the hogs'. The first holding sample began while allocating; the last is
     # close()'s, partly after the spin.
     spinning = [cpu[s] for s in holding[1:-1]]
     assert len(spinning) >= 2, context

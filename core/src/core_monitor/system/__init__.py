@@ -3,7 +3,8 @@
 One sampler per node (a small process started by local rank 0, when that process writes) reads
 the job's processes (``core_monitor.system.job``) and GPUs (``core_monitor.system.probes``)
 every interval; local rank 0 logs each sample through its monitor as scalars under ``system/``
-(``core_monitor.system.sampler``, ``core_monitor.system.worker``). The docs page is ``docs/operations/system-metrics.md``.
+(``core_monitor.system.sampler``, ``core_monitor.system.worker``). The docs page is
+``docs/operations/system-metrics.md``.
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@
 sampler reads that folder at every sample (``job_processes``), so ranks that start late are
 counted from their next sample on, and a rank that ended is dropped. A registration is an
 empty file ``<pid>-<start time>`` (the start time, to the second, tells a pid the kernel
-reused from the rank that held it), removed at ``close()``; one a killed rank left behind is removed by the sampler.
+reused from the rank that held it), removed at ``close()``; one a killed rank left behind is
+removed by the sampler.
 
 Why a registry, and not "the launcher's children": torchrun, ``srun``, the DeepSpeed launcher
 and ``mpirun`` each start ranks differently (a Python agent, ``slurmstepd``, ``pdsh``), and a
@@ -22,6 +23,7 @@ are what monitoring costs, reported apart (``split``).
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import re
 import tempfile
@@ -139,7 +141,7 @@ def is_project_process(process: Any) -> bool:
                 _kinds.clear()
             cmdline = process.cmdline()
             _kinds[key] = any(a == "-m" and b.startswith(PROJECT_MODULE)
-                              for a, b in zip(cmdline, cmdline[1:]))
+                              for a, b in itertools.pairwise(cmdline))
     except psutil.Error:
         return False
     return _kinds[key]
