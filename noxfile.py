@@ -577,7 +577,7 @@ def bench(session: nox.Session) -> None:
     """
     wheels = build_wheels(session, [CORE, *PLUGINS.values()])
     # P7 trains a torch MLP on the CPU: the CPU wheel when one is on disk (torch_requirement).
-    install_wheels(session, wheels, "tensorboardX", *torch_requirement())
+    install_wheels(session, wheels, "tensorboardX", "psutil", *torch_requirement())
     session.run("python", "benchmarks/run.py", *session.posargs, env=offline_env(session))
 
 

@@ -52,9 +52,12 @@ def test_without_psutil_the_error_says_what_to_install():
 def test_samples_have_a_step_axis_of_their_own(tmp_path):
     with Monitor(["jsonl"], project="p", name="r", log_dir=tmp_path, system_metrics=0.2,
                  dispatch="thread") as monitor:
+        sampler = monitor._system.sampler
         for step in range(3):
             monitor.log({"loss": float(step)})
-            time.sleep(0.3)
+            deadline = time.monotonic() + 60  # the sampler process starts behind Monitor()
+            while sampler.samples <= step and time.monotonic() < deadline:
+                time.sleep(0.05)
         assert monitor.log({"loss": 9.0}) == 3  # the samples never moved the next step
     rows = jsonl_monitor.read_rows(monitor.run)
     assert [s for t, s, _ in rows if t == "loss"] == [0, 1, 2, 3]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -77,6 +78,11 @@ def test_rank_zero_only_false_writes_one_run_per_rank_in_every_backend(log_dir, 
             assert readback.runs(backend, run) == 1, (backend, rank)
             readback.assert_rows(backend, run,
                                  [("value", step, float(rank + step)) for step in range(3)])
+        # The ranks' runs are one job's: wandb groups them under the run name.
+        from wandb_monitor.reader import _run_record, run_folders
+
+        (folder,) = run_folders(run)
+        assert _run_record(folder).run_group == "ranks", rank
 
 
 def test_reduce_mean_max_sum_min_store_the_reduced_values_in_every_backend(log_dir, tmp_path):
@@ -88,6 +94,33 @@ def test_reduce_mean_max_sum_min_store_the_reduced_values_in_every_backend(log_d
     for backend in BACKENDS:
         readback.assert_rows(backend, run_of(zero), expected)
         assert readback.runs(backend, run_of(zero, rank=1)) == 0
+
+
+@pytest.mark.process
+def test_the_slowest_rank_is_named_and_both_ranks_are_sampled(log_dir, tmp_path):
+    """Rank 1 is slow on purpose: ``reduce="ranks"`` stores, from rank 0, which rank held the
+    longest step time, and the system samples of the node cover both ranks' processes."""
+    out = tmp_path / "out"
+    run_script("dist_monitor.py", "slowest", log_dir, out, nproc=2)
+    zero, one = ranks(out)
+    assert one["backends"] == []
+    for backend in BACKENDS:
+        stored = readback.rows(backend, run_of(zero))
+        view = {(tag, step): value for tag, step, value in stored
+                if tag.startswith("step_time/")}
+        for step in range(4):
+            assert view[("step_time/max_rank", step)] == 1.0, (backend, view)
+            assert view[("step_time/min_rank", step)] == 0.0, (backend, view)
+            slow, fast = view[("step_time/rank1", step)], view[("step_time/rank0", step)]
+            assert slow > fast + 0.2, (backend, view)
+            assert readback.same_value(backend, view[("step_time/max", step)], slow)
+            assert readback.same_value(backend, view[("step_time/min", step)], fast)
+            assert math.isclose(view[("step_time/median", step)], (slow + fast) / 2,
+                                rel_tol=1e-6)
+        assert ("warmup", 0) in {(t, s) for t, s, _ in stored}
+        processes = [v for t, _, v in stored if t == "system/processes"]
+        assert max(processes) == 2.0, (backend, processes)  # rank 0 and rank 1
+        assert not any(t.startswith("system/node") for t, _, _ in stored)  # one node
 
 
 def test_mismatched_tags_raise_the_documented_error_on_both_ranks_without_a_hang(

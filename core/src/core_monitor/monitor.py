@@ -161,7 +161,14 @@ class Monitor:
             world_size=world_size,
             resume=check_resume(resume),
             system_metrics=interval,
+            group=(name or None) if not rank_zero_only and world_size > 1 else None,
         )
+        if self.run.group is not None and name is None:
+            # Each rank made its own default name: group by the job instead (its launcher's).
+            self.run = dataclasses.replace(self.run, group=system.job.job_key() or None)
+        if system.node_count() > 1:  # a job of several nodes: which one this run describes
+            self.run = dataclasses.replace(self.run, config=MappingProxyType({
+                **self.run.config, **system.node_config()}))
         self._dispatch = new_dispatch(dispatch, strict=strict, queue_size=queue_size,
                                       on_full=on_full)
         if not isinstance(wait, bool):
@@ -276,6 +283,10 @@ class Monitor:
             reduce: ``None``, or ``"mean"``, ``"sum"``, ``"max"``, ``"min"`` to reduce each value
                 across ranks first. A collective: every rank calls it with the same tags; one
                 ``torch.distributed.all_reduce`` per call (``core_monitor.distributed``).
+                ``"stats"``: one ``all_gather`` instead, and each tag ``t`` is stored as its
+                cross-rank view ``t/mean``, ``t/median``, ``t/min``, ``t/max``,
+                ``t/min_rank``, ``t/max_rank`` (which rank is slowest); ``"ranks"``: also
+                each rank's value as ``t/rank<k>``.
                 Without a process group and a world size of 1 the values stay as they are.
             advance: ``False`` for a series on a step axis of its own (the system samples):
                 its explicit ``step`` neither moves the next ``step=None`` step nor needs to

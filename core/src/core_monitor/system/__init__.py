@@ -19,13 +19,14 @@ from .sampler import (
     check_interval,
     check_psutil,
     local_rank,
+    node_config,
     node_count,
     node_rank,
     prefix,
 )
 
 __all__ = ["DEFAULT_INTERVAL", "SystemMetrics", "SystemSampler", "check_interval",
-           "local_rank", "node_count", "node_rank", "prefix"]
+           "job", "local_rank", "node_config", "node_count", "node_rank", "prefix"]
 
 
 class SystemMetrics:

@@ -111,6 +111,15 @@ def node_count() -> int:
     return max(world // local, 1) if local else 1
 
 
+def node_config() -> dict[str, Any]:
+    """What a run of a multi-node job adds to its config: ``job.node_rank``, ``job.nodes``
+    and ``job.host`` (the host name)."""
+    import socket
+
+    return {"job.node_rank": node_rank(), "job.nodes": node_count(),
+            "job.host": socket.gethostname()}
+
+
 def prefix() -> str:
     """``system/`` on a single node; ``system/node<k>/`` when the job spans several, so that
     the samples of every node can share one run."""

@@ -71,7 +71,8 @@ class WandbMonitor:
         mode: ``"online"``, ``"offline"`` or ``"disabled"``; ``None`` (default) follows wandb's
             own settings (``WANDB_MODE``, ``wandb offline``, else online).
         entity: wandb entity (user or team); ``None`` for wandb's default.
-        group: run group (e.g. one per distributed job or sweep); ``None`` for none.
+        group: run group (e.g. one per distributed job or sweep); ``None``: the job's
+            (``RunInfo.group``) when every rank writes its own run, else none.
         job_type: run job type, e.g. ``"train"``; ``None`` for none.
         tags: run tags, a sequence of ``str``.
         notes: run description.
@@ -167,6 +168,7 @@ class WandbMonitor:
             "reinit": "create_new",
             "settings": _settings(settings, quiet, run.system_metrics is not None),
         }
+        group = group if group is not None else run.group  # every rank's run: the job's
         for key, value in (("mode", mode), ("entity", entity), ("group", group),
                            ("job_type", job_type), ("notes", notes)):
             if value is not None:
