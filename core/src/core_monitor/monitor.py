@@ -199,7 +199,8 @@ class Monitor:
         self._start(backends, backend_options, writes)
         shutdown.register(self)
         if interval is not None:
-            self._system = system.SystemMetrics(self, interval, writes and bool(self.backends))
+            self._system = system.SystemMetrics(self, interval, writes and bool(self.backends),
+                                                rank_zero_only)
 
     def _start(self, backends: list[str | type], backend_options: Mapping[str, Any],
                write: bool) -> None:

@@ -18,6 +18,9 @@ Every rank writes ``<out>.rank<k>.json``: the scenario's result, the run it logg
   each of steps 0..3 and both log the step's time with ``reduce="ranks"`` (after one
   ``reduce="mean"`` call, so the agreed operation changes kind); rank 1 spins a core for
   its last 2 s, so rank 0's system samples cover it.
+* ``nodes``: process group; launched as two torchrun nodes of one process each;
+  ``rank_zero_only=False``, ``system_metrics=0.2``: each node's rank writes its run.
+* ``one_run``: as ``nodes`` with ``rank_zero_only=True``: one run, both nodes' samples.
 * ``mismatch``: process group; rank 0 logs ``{"a"}``, rank 1 ``{"b"}`` with ``reduce="mean"``
   -> the error raised; then both log ``{"c"}`` (the ranks recover in step).
 """
@@ -37,7 +40,7 @@ def main() -> None:
     scenario, log_dir, out = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
     rank = int(os.environ["RANK"])
     result: dict = {}
-    if scenario in ("reduce", "mismatch", "slowest"):
+    if scenario in ("reduce", "mismatch", "slowest", "nodes", "one_run"):
         import torch.distributed as dist
 
         dist.init_process_group("gloo", timeout=timedelta(seconds=60))
@@ -98,6 +101,15 @@ def main() -> None:
                 time.sleep(2.0)
             dist.barrier()
             result["backends"] = monitor.backends
+    elif scenario in ("nodes", "one_run"):
+        import time
+
+        with Monitor(BACKENDS, project="dist", name=scenario, log_dir=log_dir,
+                     rank_zero_only=scenario == "one_run", system_metrics=0.2) as monitor:
+            monitor.log({"value": float(rank)}, step=0)
+            time.sleep(3.0)
+            dist.barrier()
+            result["backends"] = monitor.backends
     elif scenario == "mismatch":
         from core_monitor.distributed import TagMismatchError
 
@@ -116,7 +128,7 @@ def main() -> None:
                          "world_size": run.world_size, "log_dir": str(run.log_dir)}
     result["modules"] = sorted(sys.modules)
     Path(f"{out}.rank{rank}.json").write_text(json.dumps(result))
-    if scenario in ("reduce", "mismatch", "slowest"):
+    if scenario in ("reduce", "mismatch", "slowest", "nodes", "one_run"):
         # Leave together and tear the group down: a rank exiting while the other still closes
         # its backends, with the gloo group alive, was seen to abort in gloo's destructor.
         dist.barrier()

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from . import job
+from . import job, nodes
 from .sampler import (
     DEFAULT_INTERVAL,
     SystemSampler,
@@ -39,23 +39,41 @@ class SystemMetrics:
         interval: seconds between two samples (``check_interval``).
         writes: whether this process writes (has backends); the node is sampled by local
             rank 0 when it writes.
+        rank_zero_only: the monitor's: on a job of several nodes, the nodes that do not
+            write send their samples to rank 0's run (``core_monitor.system.nodes``).
     """
 
-    def __init__(self, monitor: Any, interval: float, writes: bool) -> None:
+    def __init__(self, monitor: Any, interval: float, writes: bool,
+                 rank_zero_only: bool = True) -> None:
         check_psutil()
         self.key = job.job_key()
         self._registration: Path | None = job.register(self.key)
         self.sampler: SystemSampler | None = None
-        if writes and local_rank() == 0:
-            def log(values: dict[str, float], step: int, wall_time: float) -> None:
-                monitor.log(values, step=step, advance=False, wall_time=wall_time)
+        self._collector: nodes.Collector | None = None
 
+        def log(values: dict[str, float], step: int, wall_time: float) -> None:
+            monitor.log(values, step=step, advance=False, wall_time=wall_time)
+
+        several = node_count() > 1
+        if writes and local_rank() == 0:
             self.sampler = SystemSampler(log, interval, self.key, prefix())
+            if several and rank_zero_only and monitor.run.rank == 0:
+                store = nodes.connect()
+                if store is not None:
+                    others = [k for k in range(node_count()) if k != node_rank()]
+                    self._collector = nodes.Collector(store, self.key, others, interval, log)
+        elif several and rank_zero_only and local_rank() == 0:
+            store = nodes.connect()  # a node whose samples go to rank 0's run
+            if store is not None:
+                self.sampler = SystemSampler(nodes.forwarder(store, self.key, node_rank()),
+                                             interval, self.key, prefix())
 
     def stop(self) -> None:
         """Log a last sample, stop the sampler, and unregister. Idempotent."""
         if self.sampler is not None:
             self.sampler.stop()
+        if self._collector is not None:
+            self._collector.stop()
         job.unregister(self._registration)
         self._registration = None
 
