@@ -33,8 +33,9 @@ import json, sys, time
 from core_monitor import Monitor
 
 log_dir, backends, interval = sys.argv[1], json.loads(sys.argv[2]), float(sys.argv[3])
+options = {name: value for name, value in json.loads(sys.argv[4]).items() if name in backends}
 monitor = Monitor(backends, project="sys", name="job", log_dir=log_dir,
-                  system_metrics=interval)
+                  system_metrics=interval, **options)
 for step in range(3):
     monitor.log({"loss": 1.0 / (step + 1)}, step=step)
 t0, c0 = time.time(), time.process_time()
@@ -52,6 +53,8 @@ print(json.dumps({"sleep": (c1 - c0) / (t1 - t0), "spin": (c2 - c1) / (t2 - t1),
 """.replace("HOLD", str(HOLD))
 
 HOG = "while True: pass"
+#: wandb's own sampler every 0.5 s, were it on: the run would hold its stats records.
+OPTIONS = {"wandb": {"settings": {"x_stats_sampling_interval": 0.5}}}
 
 
 def samples_by_step(rows, tag):
@@ -66,7 +69,7 @@ def test_the_job_is_sampled_not_the_machine_nor_the_writers(tmp_path):
         started = time.time()
         done = subprocess.run(
             [sys.executable, "-c", textwrap.dedent(TRAIN), str(tmp_path / "runs"),
-             json.dumps(BACKENDS), str(INTERVAL)],
+             json.dumps(BACKENDS), str(INTERVAL), json.dumps(OPTIONS)],
             capture_output=True, text=True, timeout=600, cwd=tmp_path)
         hog_percent = 100 * (sum(sum(p.cpu_times()[:2]) for p in hog_cpu) - before) / (
             time.time() - started)
@@ -121,3 +124,10 @@ def test_the_job_is_sampled_not_the_machine_nor_the_writers(tmp_path):
     assert max(samples_by_step(reference, "system/monitor/processes").values()) >= len(BACKENDS)
     assert set(samples_by_step(reference, "system/processes").values()) == {1.0}, context
     assert sum(monitor_cpu[s] * INTERVAL for s in sleeping) > 100 * 1.0, context
+    # wandb's own sampler was off (though set to sample every 0.5 s): its transaction log
+    # holds no system stats record.
+    if "wandb" in READERS:
+        from wandb_monitor.reader import read_records, run_folders
+
+        (folder,) = run_folders(run)
+        assert not any(record.HasField("stats") for record in read_records(folder))

@@ -44,8 +44,9 @@ DEFAULT_INTERVAL = 10.0
 #: The first tag level of every sample.
 PREFIX = "system/"
 
-#: Seconds ``stop`` waits for the sampler's last sample (one reading on a busy machine).
-STOP_TIMEOUT = 10.0
+#: Seconds ``stop`` waits in all for the sampler's last sample (one reading on a busy machine)
+#: and its exit; then the process is killed. Part of ``close()``'s time.
+STOP_TIMEOUT = 5.0
 
 
 def check_interval(system_metrics: Any) -> float | None:
@@ -220,9 +221,10 @@ class SystemSampler:
                 stdin.close()
         except OSError:  # it ended already
             pass
+        deadline = time.monotonic() + STOP_TIMEOUT
         self._thread.join(STOP_TIMEOUT)
         try:
-            self._process.wait(STOP_TIMEOUT)
+            self._process.wait(max(deadline - time.monotonic(), 0.1))
         except subprocess.TimeoutExpired:
             self._process.kill()
             self._process.wait()
