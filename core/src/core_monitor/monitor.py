@@ -121,7 +121,9 @@ class Monitor:
             naming no installed backend (``logdir``: "did you mean 'log_dir'?"); an option the
             backend does not accept (naming backend, option and accepted ones); ``strict=True``
             and a disabled backend selected, or an unknown name in
-            ``EXPERIMENT_MONITORS_DISABLE``; ``resume`` not one of its values.
+            ``EXPERIMENT_MONITORS_DISABLE``; ``resume`` not one of its values;
+            ``system_metrics`` neither a bool nor a positive number of seconds, or psutil
+            missing for it.
         core_monitor.resume.NoRunToResume: ``resume="must"`` and a backend has no such run.
         UnknownBackendError: a name that no installed distribution declares.
         BackendLoadError: a selected plugin or its SDK fails to import.
