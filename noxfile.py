@@ -73,7 +73,8 @@ FIXTURES = sorted(p for p in (ROOT / "tests" / "fixtures").iterdir() if p.is_dir
 #: and each plugin's own tests, beside its code.
 SUITE = ["tests", *(str(folder / "tests") for folder in PLUGINS.values()),
          "--ignore=tests/frameworks"]
-TEST_DEPS = ["pytest>=8", "pytest-timeout", "pytest-xdist", "numpy", "uv"]
+TEST_DEPS = ["pytest>=8", "pytest-timeout", "pytest-xdist", "numpy", "uv", "psutil",
+             "nvidia-ml-py"]
 #: pytest-xdist: one worker per CPU, each test module (or test class) on one worker, so that a
 #: module's shared fixtures (an MLflow server, the copy tests' source runs) start once. Most of
 #: a test's time is spent waiting for processes it started, which a second worker overlaps.
@@ -577,7 +578,7 @@ def bench(session: nox.Session) -> None:
     """
     wheels = build_wheels(session, [CORE, *PLUGINS.values()])
     # P7 trains a torch MLP on the CPU: the CPU wheel when one is on disk (torch_requirement).
-    install_wheels(session, wheels, "tensorboardX", *torch_requirement())
+    install_wheels(session, wheels, "tensorboardX", "psutil", *torch_requirement())
     session.run("python", "benchmarks/run.py", *session.posargs, env=offline_env(session))
 
 

@@ -225,6 +225,17 @@ def start_close_rows(results: dict[str, Any], add: Any) -> None:
                 "interpreter (now) vs fork of a host that imported them (not built)",
                 _range(row["fresh_s"], 3, " s"), _range(row["fork_s"], 3, " s"),
                 _ratio(row["ratio"]), "", "", None)
+    r = results.get("P7-system")
+    if r and "error" not in r:
+        cost = r["sampler_cpu_ms_per_sample"]
+        for target, row in r["steps"].items():
+            on, off = row["on_vs_off"], row["off"]
+            add("P7-sys", f"MLP ~{target} ms/step, 10 scalars/step to the four (process), "
+                f"system_metrics=1 vs off (off vs none {off['ratio']['median']:.2f}×); the "
+                f"sampler process: {_range(cost, 1, ' ms')} CPU per sample",
+                f"{_num(on['a_us']['median'] / 1e3, 3)} ms/step",
+                f"{_num(on['b_us']['median'] / 1e3, 3)} ms/step", _ratio(on["ratio"]),
+                _range(on["added_us"], 1, " µs"), r["target"], bool(r["pass"]))
     r = results.get("P7-sustained")
     if r and "error" not in r:
         for target, row in r["step_ms"].items():

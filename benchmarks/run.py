@@ -51,6 +51,7 @@ JOBS: list[tuple[str, tuple[str, ...]]] = [
     ("P-start", (*BACKENDS, "mlflow")),
     ("P-close", (*BACKENDS, "mlflow")),
     ("P7-sustained", (*BACKENDS, "mlflow")),
+    ("P7-system", (*BACKENDS, "mlflow")),
     ("P-large", ()),
     ("P-host", (*BACKENDS, "mlflow")),
 ]
@@ -58,7 +59,8 @@ JOB_TIMEOUT = 300
 #: Jobs that need longer (seconds, full run): P7 starts a monitor per arm and repetition;
 #: P-start a fresh interpreter per arm; P7-sustained trains 20,000 steps per arm.
 #: (P-start took 621 s and P-close 327 s in --quick on 2 cores at load 10.)
-LONG_JOBS = {"P7": 1800, "P-start": 3600, "P-close": 1500, "P7-sustained": 3600}
+LONG_JOBS = {"P7": 1800, "P-start": 3600, "P-close": 1500, "P7-sustained": 3600,
+             "P7-system": 1800}
 PACKAGES = ("core-monitor", "trackio-monitor", "tensorboard-monitor", "wandb-monitor",
             "trackio", "tensorboard", "wandb", "tensorboardX", "pluggy", "protobuf",
             "mlflow-monitor", "mlflow", "google-crc32c", "torch")
@@ -70,7 +72,7 @@ PACKAGES = ("core-monitor", "trackio-monitor", "tensorboard-monitor", "wandb-mon
 #: Jobs whose module's ``run(quick, root)`` is the whole job, imported only when it runs.
 MODULE_JOBS = {"B1-mlflow": "b1_mlflow", "B6": "b6_scale", "B7": "b7_media",
                "P-start": "p_start", "P-close": "p_close", "P7-sustained": "p7_sustained",
-               "P-large": "p_large", "P-host": "p_host"}
+               "P-large": "p_large", "P-host": "p_host", "P7-system": "p_system"}
 
 
 def worker(job: str, quick: bool, root: Path) -> dict[str, Any]:

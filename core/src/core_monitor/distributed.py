@@ -1,4 +1,11 @@
-"""Cross-rank reduction for ``Monitor.log(..., reduce=...)``: one ``all_reduce`` per call.
+"""Cross-rank reduction for ``Monitor.log(..., reduce=...)``: one collective per call.
+
+``"mean"``, ``"sum"``, ``"max"``, ``"min"``: one ``all_reduce``. ``"stats"`` and ``"ranks"``:
+one ``all_gather`` of every rank's values, stored as each tag's cross-rank view (mean, median,
+min, max, and the ranks holding the min and the max: the slowest rank, named), with
+``"ranks"`` each rank's value too (``cross_rank_view``). Both kinds share the protocol below:
+the collective of a call is always the agreed operation's, so a rank whose call differs in
+kind never meets the others in a collective of another kind.
 
 Every rank calls ``Monitor.log(metrics, step, reduce="mean")`` with the same tags (a collective,
 like Lightning's ``self.log(..., sync_dist=True)``); the values are reduced across ranks with
@@ -25,7 +32,9 @@ Protocol (all tensors ``float64``, so integers below ``2**53`` and every float v
 from __future__ import annotations
 
 import hashlib
+import math
 import os
+import statistics
 import sys
 from collections.abc import Mapping
 from typing import Any
@@ -33,8 +42,12 @@ from typing import Any
 from .errors import ConfigError, TagMismatchError
 from .events import flatten, to_float
 
-#: Accepted ``reduce=`` operations.
-OPS = ("mean", "sum", "max", "min")
+#: Accepted ``reduce=`` operations: an ``all_reduce`` each, or an ``all_gather`` (``GATHERED``).
+OPS = ("mean", "sum", "max", "min", "stats", "ranks")
+#: The operations that gather every rank's value and store its cross-rank view: for each tag
+#: ``t``, ``t/mean``, ``t/median``, ``t/min``, ``t/max``, ``t/min_rank``, ``t/max_rank``;
+#: ``"ranks"`` also each rank's own value as ``t/rank<k>``.
+GATHERED = ("stats", "ranks")
 
 
 def process_group() -> Any | None:
@@ -87,7 +100,10 @@ class Reducer:
 
         Args:
             values: this rank's scalars, already flattened and converted to ``float``.
-            op: one of ``OPS``; ``"mean"`` is the sum divided by the world size.
+            op: one of ``OPS``; ``"mean"`` is the sum divided by the world size;
+                ``"stats"``/``"ranks"`` gather every rank's values and return each tag's
+                cross-rank view instead (``cross_rank_view``: ``t/mean``, ``t/median``,
+                ``t/min``, ``t/max``, ``t/min_rank``, ``t/max_rank``, and ``t/rank<k>``).
 
         Returns:
             ``{tag: reduced value}`` in the caller's tag order, on every rank.
@@ -100,39 +116,43 @@ class Reducer:
         if op not in OPS:
             raise ConfigError(f"reduce={op!r} is not an operation; use one of {list(OPS)} "
                               "(or reduce=None to log this rank's values as they are)")
-        dist = process_group()
-        if dist is None:
-            world = os.environ.get("WORLD_SIZE", "1").strip() or "1"
-            if world != "1":
-                raise ConfigError(
-                    f"reduce={op!r} needs the torch.distributed process group, but none is "
-                    f"initialised while WORLD_SIZE={world}: call "
-                    "torch.distributed.init_process_group() (or your framework's setup) "
-                    "before logging with reduce=, or drop reduce="
-                )
-            return dict(values)
-        if dist.get_world_size() == 1:
+        dist = _group_or_none(op)
+        if dist is None or dist.get_world_size() == 1:
+            if op in GATHERED:
+                return cross_rank_view(values, [list(values.values())], list(values), op)
             return dict(values)
         torch = sys.modules["torch"]
+        world = dist.get_world_size()
         tags = tuple(sorted(values))
         key = (op, tags)
         if self._agreed is not None:
+            # The collective is the agreed operation's (the same on every rank), whatever this
+            # call asks: a changed key travels as a flag in it, and every rank checks again.
             agreed_op, agreed_tags = self._agreed
             changed = key != self._agreed
-            data = [0.0 if changed else values[t] for t in agreed_tags]
             flag = 1.0 if changed else 0.0
-            tensor = torch.tensor([-flag if agreed_op == "min" else flag, *data],
-                                  dtype=torch.float64)
-            dist.all_reduce(tensor, op=_torch_op(dist, agreed_op))
-            out = tensor.tolist()
-            if (-out[0] if agreed_op == "min" else out[0]) == 0.0:
-                return _finish(values, agreed_tags, out[1:], op, dist.get_world_size())
+            data = [0.0 if changed else values[t] for t in agreed_tags]
+            if agreed_op in GATHERED:
+                table = _all_gather(dist, torch, [flag, *data], world)
+                if not any(row[0] for row in table):
+                    return cross_rank_view(values, [row[1:] for row in table],
+                                           list(agreed_tags), op)
+            else:
+                tensor = torch.tensor([-flag if agreed_op == "min" else flag, *data],
+                                      dtype=torch.float64)
+                dist.all_reduce(tensor, op=_torch_op(dist, agreed_op))
+                out = tensor.tolist()
+                if (-out[0] if agreed_op == "min" else out[0]) == 0.0:
+                    return _finish(values, agreed_tags, out[1:], op, world)
             self._agreed = None  # someone's key changed: every rank checks the keys again
         self._check_keys(dist, torch, tags, op)
         self._agreed = key
+        if op in GATHERED:
+            table = _all_gather(dist, torch, [0.0, *[values[t] for t in tags]], world)
+            return cross_rank_view(values, [row[1:] for row in table], list(tags), op)
         tensor = torch.tensor([values[t] for t in tags], dtype=torch.float64)
         dist.all_reduce(tensor, op=_torch_op(dist, op))
-        return _finish(values, tags, tensor.tolist(), op, dist.get_world_size())
+        return _finish(values, tags, tensor.tolist(), op, world)
 
     @staticmethod
     def _check_keys(dist: Any, torch: Any, tags: tuple[str, ...], op: str) -> None:
@@ -151,6 +171,62 @@ class Reducer:
             "call; nothing of this call was logged.",
             tags,
         )
+
+
+def _all_gather(dist: Any, torch: Any, row: list[float], world: int) -> list[list[float]]:
+    """Every rank's ``row`` (all of one length), by rank: one ``all_gather``."""
+    mine = torch.tensor(row, dtype=torch.float64)
+    rows = [torch.zeros_like(mine) for _ in range(world)]
+    dist.all_gather(rows, mine)
+    return [r.tolist() for r in rows]
+
+
+def _group_or_none(op: str) -> Any | None:
+    """The process group, ``None`` without one in a world of 1; ``ConfigError`` without one
+    while ``WORLD_SIZE`` > 1."""
+    dist = process_group()
+    if dist is None:
+        world = os.environ.get("WORLD_SIZE", "1").strip() or "1"
+        if world != "1":
+            raise ConfigError(
+                f"reduce={op!r} needs the torch.distributed process group, but none is "
+                f"initialised while WORLD_SIZE={world}: call "
+                "torch.distributed.init_process_group() (or your framework's setup) "
+                "before logging with reduce=, or drop reduce="
+            )
+    return dist
+
+
+def cross_rank_view(values: Mapping[str, float], table: list[list[float]], tags: list[str],
+                    op: str) -> dict[str, float]:
+    """Each tag's view across ranks, from ``table[rank][i]`` = that rank's value of
+    ``tags[i]``, in the caller's tag order.
+
+    For each tag ``t``: ``t/mean``; ``t/median`` (of an even number of ranks: the mean of the
+    two middle values, as ``statistics.median``); ``t/min`` and ``t/max``; ``t/min_rank`` and
+    ``t/max_rank``, the rank holding them (the lowest such rank on a tie); with ``op ==
+    "ranks"`` also ``t/rank<k>``, each rank's value. A NaN from some rank makes ``t/mean``
+    NaN; the other figures are those of the ranks with a number (all NaN: NaN, rank -1).
+    """
+    out: dict[str, float] = {}
+    column = {tag: i for i, tag in enumerate(tags)}
+    for tag in values:
+        per_rank = [row[column[tag]] for row in table]
+        numbers = [(v, rank) for rank, v in enumerate(per_rank) if not math.isnan(v)]
+        out[f"{tag}/mean"] = math.fsum(per_rank) / len(per_rank)
+        if numbers:
+            low, high = min(numbers), max(numbers, key=lambda vr: (vr[0], -vr[1]))
+            out[f"{tag}/median"] = statistics.median(v for v, _ in numbers)
+            out[f"{tag}/min"], out[f"{tag}/min_rank"] = low[0], float(low[1])
+            out[f"{tag}/max"], out[f"{tag}/max_rank"] = high[0], float(high[1])
+        else:
+            for name in ("median", "min", "max"):
+                out[f"{tag}/{name}"] = math.nan
+            out[f"{tag}/min_rank"] = out[f"{tag}/max_rank"] = -1.0
+        if op == "ranks":
+            for rank, value in enumerate(per_rank):
+                out[f"{tag}/rank{rank}"] = value
+    return out
 
 
 def _torch_op(dist: Any, op: str) -> Any:

@@ -11,6 +11,7 @@ settings rules and file reader are ``core_monitor.settings``.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import threading
 import time
@@ -19,7 +20,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, TypeVar
 
-from . import discovery, shutdown
+from . import discovery, shutdown, system
 from .compat import Plugin, check_installed
 from .dispatch import (
     DEFAULT_QUEUE_SIZE,
@@ -94,6 +95,11 @@ class Monitor:
             and log_dir in every backend when it exists, else start it) or ``"must"``
             (continue it; ``NoRunToResume`` naming each backend without it, nothing logged).
             See ``core_monitor.resume``.
+        system_metrics: ``False`` (default) or ``None``: off; ``True``: sample the training
+            job's processes and GPUs every ``core_monitor.system.DEFAULT_INTERVAL`` (10)
+            seconds; a number: every that many seconds. Logged as scalars under ``system/``
+            to every backend, each SDK's own sampler then off (``RunInfo.system_metrics``);
+            needs ``pip install 'core-monitor[system]'``. See ``core_monitor.system``.
         **backend_options: one mapping per backend name, its keyword options, e.g.
             ``wandb={"mode": "offline"}``; an installed backend's are ignored when unselected.
 
@@ -115,7 +121,9 @@ class Monitor:
             naming no installed backend (``logdir``: "did you mean 'log_dir'?"); an option the
             backend does not accept (naming backend, option and accepted ones); ``strict=True``
             and a disabled backend selected, or an unknown name in
-            ``EXPERIMENT_MONITORS_DISABLE``; ``resume`` not one of its values.
+            ``EXPERIMENT_MONITORS_DISABLE``; ``resume`` not one of its values;
+            ``system_metrics`` neither a bool nor a positive number of seconds, or psutil
+            missing for it.
         core_monitor.resume.NoRunToResume: ``resume="must"`` and a backend has no such run.
         UnknownBackendError: a name that no installed distribution declares.
         BackendLoadError: a selected plugin or its SDK fails to import.
@@ -136,9 +144,13 @@ class Monitor:
         on_full: str = "block",
         resume: str = "never",
         wait: bool = False,
+        system_metrics: bool | float | None = False,
         **backend_options: Mapping[str, Any],
     ) -> None:
         backends = check_keywords(backends, project, name, strict, rank_zero_only)
+        interval = system.check_interval(system_metrics)
+        if interval is not None:
+            system.check_psutil()
         dispatch = default_dispatch(dispatch)
         check_dispatch(dispatch, queue_size, on_full)
         rank, world_size = detect_rank()
@@ -150,7 +162,15 @@ class Monitor:
             rank=rank,
             world_size=world_size,
             resume=check_resume(resume),
+            system_metrics=interval,
+            group=(name or None) if not rank_zero_only and world_size > 1 else None,
         )
+        if self.run.group is not None and name is None:
+            # Each rank made its own default name: group by the job instead (its launcher's).
+            self.run = dataclasses.replace(self.run, group=system.job.job_key() or None)
+        if system.node_count() > 1:  # a job of several nodes: which one this run describes
+            self.run = dataclasses.replace(self.run, config=MappingProxyType({
+                **self.run.config, **system.node_config()}))
         self._dispatch = new_dispatch(dispatch, strict=strict, queue_size=queue_size,
                                       on_full=on_full)
         if not isinstance(wait, bool):
@@ -176,8 +196,13 @@ class Monitor:
         self._next_step = 0
         self._reducer = Reducer()  # log(reduce=...): the ranks' agreed tags
         self.last_steps: dict[str, int | None] = {}
-        self._start(backends, backend_options, rank == 0 or not rank_zero_only)
+        self._system: system.SystemMetrics | None = None
+        writes = rank == 0 or not rank_zero_only
+        self._start(backends, backend_options, writes)
         shutdown.register(self)
+        if interval is not None:
+            self._system = system.SystemMetrics(self, interval, writes and bool(self.backends),
+                                                rank_zero_only)
 
     def _start(self, backends: list[str | type], backend_options: Mapping[str, Any],
                write: bool) -> None:
@@ -239,7 +264,8 @@ class Monitor:
             raise
 
     def log(
-        self, metrics: Mapping[str, Any], step: int | None = None, *, reduce: str | None = None
+        self, metrics: Mapping[str, Any], step: int | None = None, *, reduce: str | None = None,
+        advance: bool = True, wall_time: float | None = None,
     ) -> int:
         """Log scalars and media at one step, as ``wandb.log``/``accelerate.Accelerator.log`` do.
 
@@ -260,7 +286,17 @@ class Monitor:
             reduce: ``None``, or ``"mean"``, ``"sum"``, ``"max"``, ``"min"`` to reduce each value
                 across ranks first. A collective: every rank calls it with the same tags; one
                 ``torch.distributed.all_reduce`` per call (``core_monitor.distributed``).
+                ``"stats"``: one ``all_gather`` instead, and each tag ``t`` is stored as its
+                cross-rank view ``t/mean``, ``t/median``, ``t/min``, ``t/max``,
+                ``t/min_rank``, ``t/max_rank`` (which rank is slowest); ``"ranks"``: also
+                each rank's value as ``t/rank<k>``.
                 Without a process group and a world size of 1 the values stay as they are.
+            advance: ``False`` for a series on a step axis of its own (the system samples):
+                its explicit ``step`` neither moves the next ``step=None`` step nor needs to
+                follow it. ``step`` is then required.
+            wall_time: the time to store with the values (seconds since the epoch, as
+                ``time.time()``), e.g. when they were measured; ``None``: now. A backend whose
+                SDK stamps its own time (Trackio) stores that instead.
 
         Returns:
             The step the scalars were stored at.
@@ -299,7 +335,10 @@ class Monitor:
                 break
         if step is not None and (type(step) is not int or not 0 <= step <= MAX_STEP):
             step = check_step(step)
-        now = time.time()
+        if not advance and step is None:
+            raise ValueError("log(..., advance=False) logs on a step axis of its own: pass "
+                             "its step explicitly, e.g. step=sample_number")
+        now = time.time() if wall_time is None else _check_wall_time(wall_time)
         with self._lock:
             if self._closed:
                 raise self._closed_error("log")
@@ -308,7 +347,7 @@ class Monitor:
                 if step > MAX_STEP:
                     raise ValueError(f"the next step would be {step}, past the largest step "
                                      "2**63 - 1; pass explicit steps")
-            if step >= self._next_step:
+            if advance and step >= self._next_step:
                 self._next_step = step + 1
             if rows is None:
                 if metrics:
@@ -415,6 +454,8 @@ class Monitor:
         Raises:
             Exception: with ``strict=True``, the first exception a backend raised.
         """
+        if self._system is not None and not self._closed:
+            self._system.stop()  # its last sample goes out with the rest
         with self._lock:
             if self._closed:
                 return
@@ -467,6 +508,8 @@ class Monitor:
         self._closed = self._forked = True
         self._lock = threading.RLock()  # another thread may have held it at the fork
         self._dispatch.forget()
+        if self._system is not None:
+            self._system.forget()
 
     @property
     def closed(self) -> bool:
@@ -495,3 +538,13 @@ class Monitor:
             f"{method}() on the closed Monitor of run {self.run.name!r}; call it before "
             "close(), or create a new Monitor"
         )
+
+
+def _check_wall_time(wall_time: Any) -> float:
+    """``log(wall_time=...)`` as a float, or a ``TypeError``/``ValueError`` naming it."""
+    if isinstance(wall_time, bool) or not isinstance(wall_time, (int, float)):
+        raise TypeError(f"wall_time={wall_time!r} must be seconds since the epoch as a float "
+                        "(time.time()), or None for now")
+    if not math.isfinite(wall_time) or wall_time < 0:
+        raise ValueError(f"wall_time={wall_time!r} must be finite and >= 0 (time.time())")
+    return float(wall_time)

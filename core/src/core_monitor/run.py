@@ -49,6 +49,14 @@ class RunInfo:
             default. A ``log_dir`` given here wins over ``TRACKIO_DIR`` / ``WANDB_DIR``.
         rank: this process's rank (0 for single-process training).
         world_size: number of processes in the job (1 for single-process training).
+        group: the job's run group when every rank writes a run of its own
+            (``rank_zero_only=False`` and more than one rank): the run ``name``, the same on
+            every rank; ``None`` otherwise. A backend whose tracker groups runs uses it where
+            the user gave no group of their own (wandb and Trackio ``group``, an MLflow tag).
+        system_metrics: seconds between two samples of the core's system sampler
+            (``Monitor(system_metrics=...)``), or ``None`` when it is off. When set, a
+            backend turns its SDK's own system sampler off (wandb's stats, Trackio's GPU and
+            CPU logging, ...): the job's samples reach it as ordinary ``system/`` scalars.
         resume: ``"never"``, ``"allow"`` or ``"must"``: whether a backend continues the
             existing run of this identity (``core_monitor.resume``; ``Monitor(resume=...)``).
         resumed: (``Monitor.run`` only, after the start) some backend continued a run.
@@ -63,6 +71,8 @@ class RunInfo:
     rank: int = 0
     world_size: int = 1
     resume: str = "never"
+    system_metrics: float | None = None
+    group: str | None = None
     resumed: bool = False
     last_step: int | None = None
 

@@ -529,6 +529,9 @@ def test_a_rank_above_zero_logs_its_own_run(monitor_factory, mlflow_server, monk
     monitor.close()
     found = find_run(monitor.run, tracking_uri=mlflow_server.uri)
     assert found.info.run_name == f"{monitor.run.name}-rank1"
+    # Every rank writes its own run: each carries the job's group as a tag.
+    assert monitor.run.group is not None
+    assert found.data.tags["job.group"] == monitor.run.group
     assert read_rows(monitor.run, tracking_uri=mlflow_server.uri) == [("loss", 4, 1.0)]
 
 

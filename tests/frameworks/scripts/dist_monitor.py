@@ -14,6 +14,13 @@ Every rank writes ``<out>.rank<k>.json``: the scenario's result, the run it logg
 * ``per_rank``: ``rank_zero_only=False``, each rank logs ``rank + step`` at steps 0..2.
 * ``reduce``: process group; rank 0 logs 1.0, rank 1 logs 3.0 at step 5 with ``mean`` (tag
   ``m``) and ``max`` (tag ``x``), then once more with the same tags (the one-collective path).
+* ``slowest``: process group; ``system_metrics=0.2``; rank 1 sleeps 0.3 s more than rank 0 in
+  each of steps 0..3 and both log the step's time with ``reduce="ranks"`` (after one
+  ``reduce="mean"`` call, so the agreed operation changes kind); rank 1 spins a core for
+  its last 2 s, so rank 0's system samples cover it.
+* ``nodes``: process group; launched as two torchrun nodes of one process each;
+  ``rank_zero_only=False``, ``system_metrics=0.2``: each node's rank writes its run.
+* ``one_run``: as ``nodes`` with ``rank_zero_only=True``: one run, both nodes' samples.
 * ``mismatch``: process group; rank 0 logs ``{"a"}``, rank 1 ``{"b"}`` with ``reduce="mean"``
   -> the error raised; then both log ``{"c"}`` (the ranks recover in step).
 """
@@ -33,7 +40,7 @@ def main() -> None:
     scenario, log_dir, out = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
     rank = int(os.environ["RANK"])
     result: dict = {}
-    if scenario in ("reduce", "mismatch"):
+    if scenario in ("reduce", "mismatch", "slowest", "nodes", "one_run"):
         import torch.distributed as dist
 
         dist.init_process_group("gloo", timeout=timedelta(seconds=60))
@@ -76,6 +83,33 @@ def main() -> None:
             monitor.log({"x": mine + 1}, step=6, reduce="max")  # agreed tags: one collective
             monitor.log({"s": mine, "n": {"min": mine}}, step=7, reduce="sum")
             result["backends"] = monitor.backends
+    elif scenario == "slowest":
+        import time
+
+        with Monitor(BACKENDS, project="dist", name="slowest", log_dir=log_dir,
+                     system_metrics=0.2) as monitor:
+            monitor.log({"warmup": float(rank)}, step=0, reduce="mean")
+            for step in range(4):
+                started = time.perf_counter()
+                time.sleep(0.05 + (0.3 if rank == 1 else 0.0))
+                monitor.log({"step_time": time.perf_counter() - started}, step=step,
+                            reduce="ranks")
+            started = time.time()
+            while rank == 1 and time.time() - started < 2.0:
+                pass
+            if rank == 0:
+                time.sleep(2.0)
+            dist.barrier()
+            result["backends"] = monitor.backends
+    elif scenario in ("nodes", "one_run"):
+        import time
+
+        with Monitor(BACKENDS, project="dist", name=scenario, log_dir=log_dir,
+                     rank_zero_only=scenario == "one_run", system_metrics=0.2) as monitor:
+            monitor.log({"value": float(rank)}, step=0)
+            time.sleep(3.0)
+            dist.barrier()
+            result["backends"] = monitor.backends
     elif scenario == "mismatch":
         from core_monitor.distributed import TagMismatchError
 
@@ -94,7 +128,7 @@ def main() -> None:
                          "world_size": run.world_size, "log_dir": str(run.log_dir)}
     result["modules"] = sorted(sys.modules)
     Path(f"{out}.rank{rank}.json").write_text(json.dumps(result))
-    if scenario in ("reduce", "mismatch"):
+    if scenario in ("reduce", "mismatch", "slowest", "nodes", "one_run"):
         # Leave together and tear the group down: a rank exiting while the other still closes
         # its backends, with the gloo group alive, was seen to abort in gloo's destructor.
         dist.barrier()

@@ -104,7 +104,9 @@ class MlflowMonitor:
             MLflow's own default.
         experiment: experiment name (created when missing). Default: ``run.project``.
         tags: run tags, ``{key: value}`` (values ``str()``-ed); keys must be valid MLflow
-            keys.
+            keys. When every rank writes its own run, each run also gets the tag ``GROUP_TAG``
+            (``job.group``) = ``RunInfo.group`` unless ``tags`` names it: search a job's runs
+            with ``tags."job.group" = '<name>'``.
         run_id: log into this existing run (resume it) instead of creating one. On a rank
             k > 0 a new run ``<name>-rank<k>`` is created in the same experiment.
         request_timeout: seconds (> 0) each HTTP attempt waits to connect and for an answer
@@ -209,7 +211,7 @@ class MlflowMonitor:
                 if resume != "never":
                     run_id = self._earlier_run(experiment or run.project, resume)
                 self.run_id, self.experiment_id = self._start_run(
-                    experiment or run.project, dict(tags or {}), run_id,
+                    experiment or run.project, _with_group(tags, run.group), run_id,
                     sqlite_artifact_root(self.tracking_uri), resumed=self.resumed,
                 )
             except NoRunToResume:
@@ -569,3 +571,15 @@ class MlflowMonitor:
 
 if TYPE_CHECKING:  # a type checker proves the class has the shape core-monitor expects
     _shape: type[MediaBackend] = MlflowMonitor
+
+
+#: The tag naming the job's run group on each rank's run (``RunInfo.group``).
+GROUP_TAG = "job.group"
+
+
+def _with_group(tags: Mapping[str, Any] | None, group: str | None) -> dict[str, Any]:
+    """The run's tags, with ``GROUP_TAG`` for a job whose ranks each write a run."""
+    out = dict(tags or {})
+    if group is not None:
+        out.setdefault(GROUP_TAG, group)
+    return out

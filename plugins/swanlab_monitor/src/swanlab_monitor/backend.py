@@ -64,8 +64,10 @@ class SwanlabMonitor:
             terminal (its warnings and errors still show); ``False`` prints them.
 
     SwanLab's console capture (``Settings.terminal.proxy_type``) is off: the run records no
-    terminal output. Its other settings (hardware monitor, environment probes, cloud host)
-    follow SwanLab's own configuration (``SWANLAB_*`` variables, ``~/.swanlab``).
+    terminal output. With ``Monitor(system_metrics=...)`` its hardware monitor is off
+    (``Settings.probe.monitor``): the core's samples of the job are the run's ``system/``
+    charts. Its other settings (the hardware monitor otherwise, environment probes, cloud
+    host) follow SwanLab's own configuration (``SWANLAB_*`` variables, ``~/.swanlab``).
 
     Raises:
         RuntimeError: SwanLab refused to start the run, e.g. online without an API key
@@ -104,8 +106,12 @@ class SwanlabMonitor:
         import swanlab
 
         self._quiet = quiet
+        extra = {}
+        if run.system_metrics is not None:  # Monitor(system_metrics=...) samples the job
+            extra["probe"] = swanlab.Settings.Probe(monitor=False)
         settings = swanlab.Settings(interactive=False,
-                                    terminal=swanlab.Settings.Terminal(proxy_type="none"))
+                                    terminal=swanlab.Settings.Terminal(proxy_type="none"),
+                                    **extra)
         folder = swanlab_dir(run)
         with _compat.quiet_info(quiet), _compat.detached():
             self._run = swanlab.init(

@@ -35,7 +35,8 @@ class TrackioMonitor:
         run: the run (project, name, sanitised config, ``log_dir``, rank). ``project`` is
             Trackio's project; the run name is ``run.name`` (``<name>-rank<rank>`` on ranks above
             0, which write only with ``Monitor(..., rank_zero_only=False)``).
-        group: Trackio run group (dashboard grouping), or ``None``.
+        group: Trackio run group (dashboard grouping), or ``None``: the job's
+            (``RunInfo.group``) when every rank writes its own run, else none.
         resume: Trackio's ``resume``: ``"never"`` starts a new run even when one of
             that name exists; ``"allow"`` continues the latest run of that name if any;
             ``"must"`` continues it and raises ``NoRunToResume`` (a ``ConfigError``) if there
@@ -113,6 +114,7 @@ class TrackioMonitor:
             raise ConfigError(f"trackio: {error}") from None
 
         self._quiet = quiet
+        group = group if group is not None else run.group  # every rank's run: the job's
         self._remote = space_id is not None or server_url is not None
         name = run.ranked_name
         config = trackio_config(run.config)

@@ -71,7 +71,8 @@ class WandbMonitor:
         mode: ``"online"``, ``"offline"`` or ``"disabled"``; ``None`` (default) follows wandb's
             own settings (``WANDB_MODE``, ``wandb offline``, else online).
         entity: wandb entity (user or team); ``None`` for wandb's default.
-        group: run group (e.g. one per distributed job or sweep); ``None`` for none.
+        group: run group (e.g. one per distributed job or sweep); ``None``: the job's
+            (``RunInfo.group``) when every rank writes its own run, else none.
         job_type: run job type, e.g. ``"train"``; ``None`` for none.
         tags: run tags, a sequence of ``str``.
         notes: run description.
@@ -82,7 +83,10 @@ class WandbMonitor:
             wandb's system charts of "the process" (CPU, memory, threads) describe the
             training process in every dispatch mode: in a writer process the backend sets
             ``x_stats_pid`` to the training process (``core_monitor.run.training_pid()``)
-            unless ``settings`` names it; ``{"x_disable_stats": True}`` turns them off.
+            unless ``settings`` names it; ``{"x_disable_stats": True}`` turns them off. With
+            ``Monitor(system_metrics=...)`` they are off (``x_disable_stats``) unless
+            ``settings`` names ``x_disable_stats`` or ``x_stats_pid``: the core's samples of
+            the whole job are the run's ``system/`` charts.
         quiet: ``True`` (default) starts the run with ``wandb.Settings(silent=True)``, so
             wandb's banner and its run summary (about 20 lines) stay off the terminal; its
             warnings and errors still show. ``False`` prints them, as ``wandb.init()`` does. A
@@ -162,8 +166,9 @@ class WandbMonitor:
             "name": run.ranked_name,
             "config": {escaped(key, step_metric): value for key, value in run.config.items()},
             "reinit": "create_new",
-            "settings": _settings(settings, quiet),
+            "settings": _settings(settings, quiet, run.system_metrics is not None),
         }
+        group = group if group is not None else run.group  # every rank's run: the job's
         for key, value in (("mode", mode), ("entity", entity), ("group", group),
                            ("job_type", job_type), ("notes", notes)):
             if value is not None:
@@ -407,11 +412,13 @@ def _counting_from(log: Any, first_row: int) -> Any:
     return log_row
 
 
-def _settings(settings: Mapping[str, Any] | None, quiet: bool) -> Any:
+def _settings(settings: Mapping[str, Any] | None, quiet: bool, core_samples: bool) -> Any:
     fields = dict(settings or {})
     if quiet and "silent" not in fields and "quiet" not in fields:
         fields["silent"] = True
-    if training_pid() != os.getpid() and _compat.STATS_PID not in fields:
+    if core_samples and "x_disable_stats" not in fields and _compat.STATS_PID not in fields:
+        fields["x_disable_stats"] = True  # Monitor(system_metrics=...) samples the job
+    elif training_pid() != os.getpid() and _compat.STATS_PID not in fields:
         fields[_compat.STATS_PID] = training_pid()  # a writer process: sample the trainer
     if not fields:
         return None
