@@ -3,8 +3,8 @@
 One backend raising never stops the others: they still get the call, the failure is counted
 (``Policy.failures``), and without ``strict`` the first failure of a backend is reported once
 (a one-line ``BackendWarning``, an error on the ``core_monitor`` logger where logging is
-configured, the traceback at DEBUG), the later ones only counted; with ``strict`` the first exception is re-raised on the caller's thread once every
-backend got the call.
+configured, the traceback at DEBUG), the later ones only counted; with ``strict`` the first
+exception is re-raised on the caller's thread once every backend got the call.
 
 A backend called away from the caller's thread (a worker thread, a writer process) fails
 there: the failure is counted and logged at once, and reported (the ``BackendWarning``, or the
