@@ -297,3 +297,16 @@ def test_readme_and_getting_started_lead_with_an_install_from_the_clone():
     assert command == first_install(ROOT / "docs" / "getting-started.md")
     assert command == first_install(ROOT / "docs" / "index.md")
     assert command == "python3 -m pip install ./core ./plugins/trackio_monitor"
+
+
+def test_the_install_pages_name_every_plugin_folder():
+    """"The other backends are ..." named six of ten: each page that says how to install names
+    the folder of every plugin in the repository."""
+    folders = sorted(f"./plugins/{p.parent.name}" for p in ROOT.glob("plugins/*/pyproject.toml"))
+    assert len(folders) >= 10
+    for page in (ROOT / "README.md", ROOT / "docs" / "index.md",
+                 ROOT / "docs" / "getting-started.md"):
+        text = page.read_text(encoding="utf-8")
+        missing = [folder for folder in folders
+                   if not re.search(re.escape(folder) + r"(?![\w])", text)]
+        assert not missing, f"{page} does not name {missing}"
