@@ -11,6 +11,7 @@ import os
 import re
 import signal
 import time
+import warnings
 
 import pytest
 from faulty_monitor import read_calls, read_steps
@@ -532,3 +533,46 @@ def test_wait_false_still_reports_a_log_dir_that_is_a_file_in_monitor(make, tmp_
     assert monitor.backends == []
     assert monitor.failures == {"faulty": 1}
     monitor.close()
+
+
+START_FAILS = """
+import logging, sys
+if sys.argv[1] == "debug":
+    logging.basicConfig(level=logging.DEBUG, format="%(levelname)s %(name)s %(message)s")
+from core_monitor import Monitor
+monitor = Monitor(["faulty", "jsonl"], project="p", name="r", log_dir="runs",
+                  dispatch="process", faulty={"bad": True})
+monitor.log({"x": 1.0}, step=0)
+monitor.close()
+"""
+
+
+@pytest.mark.process
+def test_a_backend_failing_to_start_is_one_line_and_its_traceback_only_at_debug(tmp_path):
+    done = run_python(START_FAILS, "plain", cwd=tmp_path, timeout=120)
+    reports = [line for line in done.stderr.splitlines() if "failed in start" in line]
+    assert len(reports) == 1, done.stderr  # was: the logger's line, then the warning's
+    assert "BackendWarning: backend 'faulty' failed in start: ConfigError" in reports[0]
+    assert "Traceback" not in done.stderr  # was: the writer's and the chained one, 15 lines
+    debug = run_python(START_FAILS, "debug", cwd=tmp_path, timeout=120)
+    assert debug.stderr.count("ERROR core_monitor backend 'faulty' failed in start") == 1
+    assert "DEBUG core_monitor the traceback of: backend 'faulty'" in debug.stderr
+    assert debug.stderr.count("faulty_monitor/__init__.py") == 1, debug.stderr  # raised here
+
+
+@pytest.mark.process
+def test_a_writer_stopped_while_finishing_its_run_says_nothing_was_lost(make, caplog):
+    """A forgotten ``close()`` closes at exit within a deadline; an SDK slow to finish its run
+    (SwanLab's) is stopped then, after writing every call: that is no loss."""
+    monitor = make(dispatch="process", faulty={"close_delay": 60.0})
+    for step in range(20):
+        monitor.log({"x": float(step)}, step=step)
+    monitor.flush()
+    with caplog.at_level(logging.WARNING, logger="core_monitor"), warnings.catch_warnings():
+        warnings.simplefilter("error")  # no BackendWarning of calls not delivered
+        monitor.close(timeout=5.0)
+    assert monitor.undelivered == {}
+    assert "not delivered" not in caplog.text and "was killed" not in caplog.text
+    assert "'faulty': every call was written, nothing logged was lost" in caplog.text
+    assert read_steps(monitor.run) == list(range(20))
+    assert [hook for hook, _ in read_calls(monitor.run)][-1] == "close"

@@ -108,6 +108,21 @@ def test_aims_own_api_and_ours_read_back_alike(tmp_path: Path, repo: str) -> Non
         read_rows(monitor.run))
 
 
+@pytest.mark.parametrize("dispatch", ["process", "thread"])
+def test_a_closed_run_is_seen_finished_by_aims_own_api(tmp_path: Path, repo: str,
+                                                        dispatch: str) -> None:
+    """Aim's SDK leaves a closed run out of ``aim.Repo`` until ``aim up`` or ``aim storage
+    reindex`` indexes it; the backend indexes its run at close, so nothing else is needed."""
+    from aim import Repo
+
+    with Monitor(["aim"], project="p", name="seen", log_dir=tmp_path,
+                 dispatch=dispatch) as monitor:
+        monitor.log({"loss": 1.0}, step=3)
+    found = [(run.name, run.experiment, run.end_time is not None)
+             for run in Repo(repo).iter_runs()]
+    assert found == [("seen", "p", True)]
+
+
 def test_a_step_logged_again_is_a_second_segment_in_aim(tmp_path: Path, repo: str) -> None:
     """Aim keeps one value per step of a sequence: the repeat goes to context segment 1."""
     from aim import Repo

@@ -127,6 +127,10 @@ class FanOut:
         self.undelivered: dict[str, int] = {}
         self.sent = 0
         self.wait = False
+        # Fork: ``sent`` when every thread channel last finished a fork flush, and the flush
+        # tickets of a fork that did not wait them out (``before_fork``).
+        self._fork_flushed_at: int | None = None
+        self._fork_tickets: dict[str, SimpleQueue[bool]] = {}
         self._told: set[tuple[str, str]] = set()  # (backend, optional hook) warned about
         self._manager = new_manager()
         self._host: WriterHost | None = None  # what the writer channels share
@@ -591,11 +595,25 @@ class FanOut:
         buffer of this process that the child could write a second time. Thread channels
         write and flush what they hold, within ``threads.FORK_FLUSH_TIMEOUT`` seconds (not
         from a worker thread: it cannot wait for itself); in-line backends flush (failures
-        counted, never raised); writer channels hold nothing here."""
+        counted, never raised); writer channels hold nothing here. Forks with no call sent in
+        between (a pool's workers, a DataLoader's) flush once, and a thread still flushing
+        for an earlier fork is not waited for again."""
+        if self._fork_flushed_at == self.sent:
+            return  # a burst of forks (a pool's workers) flushes once: nothing sent since
+        tickets = self._fork_tickets
         if self._threads and not in_worker():
+            # A thread still flushing for an earlier fork is not waited for again (each fork
+            # of a pool paid the whole timeout).
             deadline = time.monotonic() + FORK_FLUSH_TIMEOUT
-            for thread, ticket in [(c, c.request_flush()) for c in self._threads]:
-                thread.wait_flushed(ticket, deadline)
+            asked = []
+            for channel in self._threads:
+                earlier = tickets.get(channel.name)
+                if earlier is None or not earlier.empty():  # none, or done since
+                    tickets[channel.name] = channel.request_flush()
+                    asked.append(channel)
+            for channel in asked:
+                if channel.wait_flushed(tickets[channel.name], deadline):
+                    del tickets[channel.name]
         for inline in self._inline:
             function = inline.hooks.get("monitor_flush")
             if function is not None:
@@ -603,6 +621,8 @@ class FanOut:
                     function()
                 except Exception as error:
                     self.policy.failed(inline.name, "monitor_flush", error)
+        if not tickets and not in_worker():
+            self._fork_flushed_at = self.sent
 
     def forget(self) -> None:
         """In a forked child: let go of everything inherited, never writing to it (the pipes

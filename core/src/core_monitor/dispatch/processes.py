@@ -532,9 +532,17 @@ class WriterHost:
                     starting.append(writer.name)  # module docstring: it goes on by itself
                     continue
                 writer.stop_now()
-                lost[writer.name] = lost.get(writer.name, 0) + writer.pending(sent)
-                logger.error("backend %r: its writer process did not finish within "
-                             "close(timeout=%s) and was killed", writer.name, timeout)
+                pending = writer.pending(sent)
+                if pending:
+                    lost[writer.name] = lost.get(writer.name, 0) + pending
+                    logger.error("backend %r: its writer process did not finish within "
+                                 "close(timeout=%s) and was killed", writer.name, timeout)
+                else:  # every call was written: only the SDK's own finish was cut short
+                    logger.warning(
+                        "backend %r: every call was written, nothing logged was lost; its "
+                        "writer process was still finishing the run in its SDK when "
+                        "close(timeout=%s) ran out and was stopped (the run may not be marked "
+                        "finished)", writer.name, timeout)
         if starting:
             logger.warning(
                 "backend(s) %s: the writer process was still starting when close(timeout=%s) "

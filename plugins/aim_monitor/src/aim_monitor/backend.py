@@ -209,11 +209,15 @@ class AimMonitor:
 
     @hookimpl
     def monitor_close(self) -> None:
-        """Finish the run (``run.close()``: its end time). A second call does nothing."""
+        """Finish the run (``run.close()``: its end time), then index it (``_compat.index_runs``,
+        what ``aim up`` does) so that ``aim.Repo`` sees it finished with no ``aim up`` or
+        ``aim storage reindex``. A second call does nothing."""
         if self._closed:
             return
         self._closed = True
+        run_hash, root = self._run.hash, self._run.repo.root_path
         self._run.close()
+        _compat.index_runs(root, [run_hash])
 
 
 if TYPE_CHECKING:  # a type checker proves the class has the shape core-monitor expects
