@@ -178,13 +178,49 @@ def test_resume_appends_to_the_same_files(tmp_path, layout):
     assert read_config(second.run) == {"a": 1, "b": 2}
 
 
-def test_a_second_run_of_the_same_name_never_deletes_the_first(tmp_path):
-    with Monitor(["csv"], project="p", name="r", log_dir=tmp_path, dispatch="sync") as first:
+def test_a_second_run_of_the_same_name_replaces_the_first_with_a_warning_as_csvlogger(tmp_path):
+    """Lightning's ``CSVLogger`` with a ``version`` already used warns and deletes the folder's
+    ``metrics.csv``: the rows of the two runs never mix."""
+    with Monitor(["csv"], project="p", name="r", log_dir=tmp_path, dispatch="sync",
+                 config={"a": 1}) as first:
+        first.log({"loss": 1.0, "old": 3.0}, step=1)
+    with pytest.warns(UserWarning, match=r"exists and is not empty.*metrics.csv is deleted.*"
+                                         r"resume='allow'"):
+        second = Monitor(["csv"], project="p", name="r", log_dir=tmp_path, dispatch="sync",
+                         strict=True, config={"b": 2})
+    with second:
+        second.log({"loss": 0.5}, step=0)
+    assert read_rows(second.run) == [("loss", 0, 0.5)]
+    assert read_config(second.run) == {"b": 2}
+    assert (tmp_path / "p" / "r" / "metrics.csv").read_bytes() == b"loss,step\r\n0.5,0\r\n"
+
+
+def test_a_second_deepspeed_layout_run_of_the_same_name_is_refused(tmp_path):
+    """DeepSpeed's ``csv_monitor`` appends to each tag's file (a second header row among the
+    rows): refused, naming resume='allow'; nothing deleted."""
+    options = {"layout": "deepspeed"}
+    with Monitor(["csv"], project="p", name="r", log_dir=tmp_path, dispatch="sync",
+                 csv=options) as first:
         first.log({"loss": 1.0}, step=1)
     with pytest.raises(ConfigError, match="resume='allow' to append"):
         Monitor(["csv"], project="p", name="r", log_dir=tmp_path, dispatch="sync",
-                strict=True)
+                strict=True, csv=options)
     assert read_rows(first.run) == [("loss", 1, 1.0)]
+
+
+def test_epoch_is_written_as_an_integer_as_csvlogger_writes_it(tmp_path):
+    """``epoch`` (Lightning logs it as an int) reads ``0``, so ``int(row["epoch"])`` works; other
+    tags keep the float's repr (a float metric 1.0 is ``1.0``, as in CSVLogger); a tag named in
+    ``integer_tags`` likewise, and a value that is not whole stays a float."""
+    with Monitor(["csv"], project="p", name="r", log_dir=tmp_path, dispatch="sync",
+                 csv={"integer_tags": ["epoch", "tokens"]}) as monitor:
+        monitor.log({"epoch": 0, "acc": 1, "tokens": 2**40, "loss": 0.25}, step=0)
+        monitor.log({"epoch": 1.5, "tokens": float("nan")}, step=1)
+    assert (tmp_path / "p" / "r" / "metrics.csv").read_bytes() == (
+        b"acc,epoch,loss,step,tokens\r\n1.0,0,0.25,0,1099511627776\r\n,1.5,,1,nan\r\n")
+    assert [(tag, step, repr(value)) for tag, step, value in read_rows(monitor.run)] == [
+        ("acc", 0, "1.0"), ("epoch", 0, "0.0"), ("loss", 0, "0.25"), ("tokens", 0, repr(2.0**40)),
+        ("epoch", 1, "1.5"), ("tokens", 1, "nan")]
 
 
 def test_the_other_layouts_run_is_refused_naming_the_layout(tmp_path):

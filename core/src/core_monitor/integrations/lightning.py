@@ -222,12 +222,13 @@ class MonitorLogger(Logger):
         self.experiment.log(loggable(metrics, self._warned, "MonitorLogger", text=False),
                             step=step)
 
-    def log_hyperparams(self, params: Mapping[str, Any] | Namespace,
+    def log_hyperparams(self, params: Mapping[str, Any] | Namespace | None = None,
                         metrics: Mapping[str, Any] | float | None = None,
                         step: int | None = None) -> None:
-        """Store hyperparameters (a ``dict`` or ``argparse.Namespace``) in every backend's run
-        config (flattened with ``.``, JSON-safe; see the class docstring for tensors): into the
-        open run, or kept for the run that starts at the first metric.
+        """Store hyperparameters (a ``dict`` or ``argparse.Namespace``; ``None``, the default
+        of ``CSVLogger.log_hyperparams``: none) in every backend's run config (flattened with
+        ``.``, JSON-safe; see the class docstring for tensors): into the open run, or kept for
+        the run that starts at the first metric.
 
         ``metrics`` as ``TensorBoardLogger`` takes them: a mapping, or one number meaning
         ``{"hp_metric": number}``; stored as scalars at ``step`` (``None``: 0, where
@@ -237,7 +238,8 @@ class MonitorLogger(Logger):
         process that only logs hyperparameters still starts no run)."""
         if isinstance(params, Namespace):
             params = vars(params)
-        self._runs.log_config(_tensorboard_params(params))
+        if params:
+            self._runs.log_config(_tensorboard_params(params))
         step = 0 if step is None else step
         if metrics is not None:  # metrics given: stored now, as log_metrics (starts the run)
             if not isinstance(metrics, Mapping):
