@@ -153,3 +153,34 @@ def test_append_columns(tmp_path):
         assert table(logger) == table(theirs)
     assert set(table(logger).decode().splitlines()[0].split(",")) == {"step", "a", "b", "c"}
     logger.close()
+
+
+def test_csv_logger_remotefs():
+    """Lightning's ``test_csv_logger_remotefs``: ``save_dir`` an fsspec URL (``memory://``);
+    the file is written through fsspec, the same bytes as ``CSVLogger``'s there, and nothing
+    in a local folder named after the URL."""
+    import fsspec
+
+    url = "memory://test_fit_csv_logger_remotefs"
+    fs, _ = fsspec.core.url_to_fs(url)
+    theirs = CSVLogger(save_dir=f"{url}/theirs", name="exp", version="v0")
+    logger = ours(f"{url}/ours")
+    assert logger.save_dir == f"{url}/ours"
+    for each in (theirs.experiment, logger):
+        each.log_metrics({"loss": 0.1, "epoch": 0})
+        each.save()
+    metrics_file = f"{url}/ours/exp/v0/metrics.csv"
+    assert fs.isfile(metrics_file)
+    assert fs.cat_file(metrics_file) == fs.cat_file(f"{theirs.log_dir}/metrics.csv")
+    assert not Path("memory:").exists()
+    logger.close()
+    fs.rm("/test_fit_csv_logger_remotefs", recursive=True)
+
+
+@pytest.mark.parametrize("backends", [["csv", "tensorboard"], ["trackio"]])
+def test_a_remote_save_dir_names_the_backend_that_cannot_write_there(backends):
+    from core_monitor import ConfigError
+
+    with pytest.raises(ConfigError, match=rf"backend '{backends[-1]}' cannot write to "
+                                          r"save_dir='s3://bucket/runs' \(a URL\).*local"):
+        MonitorLogger(backends, save_dir="s3://bucket/runs")

@@ -13,7 +13,7 @@ from core_monitor import Capabilities, ConfigError, Event, RunInfo, hookimpl
 from core_monitor.events import rows_by_step
 from core_monitor.resume import NoRunToResume
 
-from . import deepspeed_files, lightning_table
+from . import deepspeed_files, lightning_table, remote
 from .reader import layout_of, read_config_in, read_rows_in
 from .storage import read_status, run_dir, write_status
 
@@ -41,7 +41,10 @@ class CsvMonitor:
             ``csv_monitor`` writes, ``<output_path>/<job_name>``
             (``core_monitor.integrations.deepspeed`` sets it). A rank above 0
             (``rank_zero_only=False``) adds ``rank<rank>``. Read it back with
-            ``read_rows_in(folder)``.
+            ``read_rows_in(folder)``. An fsspec URL (``s3://bucket/runs/exp/v0``,
+            ``memory://runs/v0``; Lightning layout only) is written through fsspec, as
+            Lightning's ``CSVLogger(save_dir=<URL>)`` writes (``remote``; ``fsspec`` and the
+            filesystem's package must be installed: ``csv-monitor[remote]``).
         integer_tags: tags whose integral values the Lightning layout writes as integers
             (``0``, not ``0.0``), a sequence of ``str``; default ``("epoch",)``: the column
             Lightning's ``Trainer`` logs as a Python ``int``, which ``CSVLogger`` writes as
@@ -83,9 +86,15 @@ class CsvMonitor:
     def __init__(self, run: RunInfo, *, layout: Literal["lightning", "deepspeed"] = "lightning",
                  fsync: bool = True, run_dir: str | os.PathLike[str] | None = None,
                  integer_tags: Sequence[str] = ("epoch",)) -> None:
-        self._folder = _folder(run, run_dir)
         self._layout = layout
         self._config = dict(run.config)
+        self._integers = frozenset(integer_tags)
+        self._closed = self._crashed = False
+        self._remote: remote.RemoteFolder | None = None
+        if run_dir is not None and remote.is_url(os.fspath(run_dir)):
+            self._start_remote(run, os.fspath(run_dir))
+            return
+        self._folder = _folder(run, run_dir)
         found, last = (False, None) if run.resume == "never" else _earlier(self._folder, layout)
         if not found and run.resume == "must":
             raise NoRunToResume(f"csv: no {layout} run in {str(self._folder)!r}")
@@ -100,18 +109,47 @@ class CsvMonitor:
                               "another run name (DeepSpeed's csv_monitor would mix the rows "
                               "of both runs in each file)")
         self._folder.mkdir(parents=True, exist_ok=True)
-        self._table: lightning_table.LightningTable | None = None
+        self._table: lightning_table.LightningTable | remote.RemoteTable | None = None
         self._files: deepspeed_files.PerTagFiles | None = None
         if layout == "lightning":
             self._table = lightning_table.LightningTable(self._folder, fsync=fsync)
-            self._integers = frozenset(integer_tags)
         else:
             self._files = deepspeed_files.PerTagFiles(self._folder, fsync=fsync)
         if self.resumed:
             self._config = {**read_config_in(self._folder), **self._config}
         self._write_config()
         write_status(self._folder, "running")
-        self._closed = self._crashed = False
+
+    def _start_remote(self, run: RunInfo, url: str) -> None:
+        """The run in the remote folder ``url`` (plus ``rank<rank>`` above rank 0), Lightning
+        layout: as in a local folder, through ``remote.RemoteFolder``."""
+        if self._layout != "lightning":
+            raise ConfigError(f"csv: run_dir={url!r} is a URL, which only the lightning layout "
+                              "writes (DeepSpeed's csv_monitor writes local files); give a "
+                              "local run_dir or layout='lightning'")
+        folder = self._remote = remote.RemoteFolder(
+            url if run.rank == 0 else f"{url.rstrip('/')}/rank{run.rank}")
+        found = folder.exists(lightning_table.METRICS) or folder.read_status() is not None
+        if not found and run.resume == "must":
+            raise NoRunToResume(f"csv: no lightning run in {url!r}")
+        self.resumed = found and run.resume != "never"
+        self.last_step = None
+        if not self.resumed and not folder.is_empty():
+            warnings.warn(f"csv: experiment logs directory {folder.url!r} exists and is not "
+                          f"empty; its {lightning_table.METRICS} is deleted and this run "
+                          "written in its place, as Lightning's CSVLogger does. Pass "
+                          "resume='allow' to append to it instead, or give another run name "
+                          "to keep it", UserWarning, stacklevel=3)
+            folder.remove(lightning_table.METRICS)
+        folder.make()
+        self._table = remote.RemoteTable(folder)
+        self._files = None
+        if self.resumed:
+            rows = read_rows_in(folder.url)
+            self.last_step = max((step for _, step, _ in rows), default=None)
+            self._config = {**read_config_in(folder.url), **self._config}
+        self._write_config()
+        folder.write_status("running")
 
     @hookimpl
     def monitor_write(self, events: Sequence[Event]) -> None:
@@ -141,7 +179,7 @@ class CsvMonitor:
     @hookimpl
     def monitor_crash(self, reason: str) -> None:
         """Mark the run ``crashed: <reason>`` in its ``status`` file (rows are flushed)."""
-        write_status(self._folder, f"crashed: {reason}")
+        self._write_status(f"crashed: {reason}")
         self._crashed = True  # close keeps the mark
 
     @hookimpl
@@ -156,10 +194,18 @@ class CsvMonitor:
         elif self._files is not None:
             self._files.close()
         if not self._crashed:
-            write_status(self._folder, "finished")
+            self._write_status("finished")
+
+    def _write_status(self, text: str) -> None:
+        if self._remote is not None:
+            self._remote.write_status(text)
+        else:
+            write_status(self._folder, text)
 
     def _write_config(self) -> None:
-        if self._layout == "lightning":
+        if self._remote is not None:
+            remote.write_hparams(self._remote, self._config)
+        elif self._layout == "lightning":
             lightning_table.write_hparams(self._folder, self._config)
         else:
             deepspeed_files.write_config(self._folder, self._config)
