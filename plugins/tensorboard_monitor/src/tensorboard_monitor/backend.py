@@ -52,7 +52,11 @@ class TensorBoardMonitor:
     written and not warned about). ``last_step`` is the largest step stored before. A step
     logged again appears twice in the run: TensorBoard's scalar charts draw both points in
     file order (a line going back), ``read_rows`` returns both. ``"must"`` with no event file
-    raises ``NoRunToResume`` before any folder or file is created.
+    raises ``NoRunToResume`` before any folder or file is created. With ``"never"`` (the
+    default), event files already in the folder (a re-run of the same name) are deleted after a
+    ``UserWarning`` naming the folder and ``resume="allow"``: the new run never mixes its rows
+    with the old one's (``TensorBoardLogger`` would add its file beside them, and TensorBoard's
+    UI show the old points up to the new run's first step).
 
     Args:
         run: the run (project, name, config, log_dir, rank) from the core.
@@ -146,6 +150,8 @@ class TensorBoardMonitor:
         sdk = _compat.sdk()
         #: Whether an earlier run was continued; the largest step it held (``None``: none).
         self.resumed, self.last_step = _earlier_run(run, folder, run_dir)
+        if not self.resumed:
+            _replace_earlier(folder)
         self.run = run
         #: The folder this run's event file is in (absolute).
         self.log_dir = folder
@@ -262,6 +268,23 @@ class TensorBoardMonitor:
                 self._write_hparams()
             self._closed = True
             self._writer.close()
+
+
+def _replace_earlier(folder: Any) -> None:
+    """A run already in ``folder`` and no resume (a re-run of the same name): warn, then delete
+    its event files, so that the new run's rows never mix with the old ones (TensorBoard's UI
+    would show the union, cut at the new run's first step)."""
+    if not folder.is_dir():
+        return
+    earlier = [path for path in folder.glob("*tfevents*") if path.is_file()]
+    if not earlier:
+        return
+    warnings.warn(f"tensorboard: a run is already in {str(folder)!r}; its {len(earlier)} event "
+                  "file(s) are deleted and this run written in its place (a re-run of the same "
+                  "name). Pass resume='allow' to continue it instead, or give another run name "
+                  "to keep it", UserWarning, stacklevel=3)
+    for path in earlier:
+        path.unlink(missing_ok=True)
 
 
 def _earlier_run(run: RunInfo, folder: Any, run_dir: Any) -> tuple[bool, int | None]:
