@@ -141,6 +141,28 @@ def test_a_writer_process_leaves_the_task_a_clearml_agent_runs(
     assert read_rows(monitor.run) == [("loss", 7, 2.0)]
 
 
+def test_the_task_layout_is_the_documented_one(tmp_path: Path) -> None:
+    """The layout ``docs/frameworks/accelerate.md`` and ``transformers.md`` set against the
+    built-in ClearML trackers': config as typed hyperparameters in the section ``General``;
+    plot = the tag up to its last ``/``, series = the whole tag (``eval_loss`` is plot
+    ``eval_loss``, not accelerate's plot ``loss`` series ``eval``); a value logged without a
+    step is a scalar at the next step, never a ClearML single value."""
+    with Monitor(["clearml"], project="p", name="layout", log_dir=tmp_path,
+                 config={"lr": 0.1, "opt": {"name": "sgd"}}, dispatch="thread") as monitor:
+        monitor.log({"eval_loss": 0.5, "eval/loss": 0.25}, step=3)
+        monitor.log({"train_runtime": 12.0})  # no step: the next one, 4
+    session = clearml_monitor.find_session(monitor.run)
+    events = [e for line in (session / "metrics.jsonl").open() for e in json.loads(line)]
+    assert sorted((e["type"], e["metric"], e["variant"], e["iter"]) for e in events) == [
+        ("training_stats_scalar", "eval", "eval/loss", 3),
+        ("training_stats_scalar", "eval_loss", "eval_loss", 3),
+        ("training_stats_scalar", "train_runtime", "train_runtime", 4)]
+    hyperparams = json.loads((session / "task.json").read_text())["hyperparams"]
+    assert set(hyperparams) == {"General"}
+    assert {k: (v["value"], v["type"]) for k, v in hyperparams["General"].items()} == {
+        "lr": ("0.1", "float"), "opt.name": ("sgd", "str")}
+
+
 def test_the_task_detects_no_repository_and_scans_no_requirements(tmp_path: Path) -> None:
     """ClearML's repository detection parses every Python file under the script's folder
     (minutes under a folder holding venvs, and ``Task.close`` waits for it); it is off."""
