@@ -177,7 +177,26 @@ def test_csv_logger_remotefs():
     fs.rm("/test_fit_csv_logger_remotefs", recursive=True)
 
 
-@pytest.mark.parametrize("backends", [["csv", "tensorboard"], ["trackio"]])
+def test_tensorboard_beside_csv_in_a_remote_save_dir():
+    """``TensorBoardLogger`` writes to an fsspec URL too: so does the tensorboard backend,
+    read back from there with TensorBoard's own ``EventAccumulator``."""
+    import fsspec
+
+    from tensorboard_monitor import read_rows
+
+    url = "memory://test_tensorboard_remote"
+    logger = MonitorLogger(["csv", "tensorboard"], save_dir=url, project="exp", name="v0")
+    logger.log_metrics({"loss": 0.5}, step=3)
+    logger.close()
+    run = logger.monitor.run
+    assert read_rows(run, run_dir=f"{url}/exp/v0") == [("loss", 3, 0.5)]
+    fs, _ = fsspec.core.url_to_fs(url)
+    assert fs.isfile(f"{url}/exp/v0/metrics.csv")
+    assert not Path("memory:").exists()
+    fs.rm("/test_tensorboard_remote", recursive=True)
+
+
+@pytest.mark.parametrize("backends", [["csv", "wandb"], ["tensorboard", "trackio"]])
 def test_a_remote_save_dir_names_the_backend_that_cannot_write_there(backends):
     from core_monitor import ConfigError
 

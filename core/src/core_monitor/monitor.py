@@ -517,6 +517,7 @@ def local_folder(log_dir: str | os.PathLike[str] | None) -> Path | None:
             f"log_dir={os.fspath(log_dir)!r} is a URL, and log_dir is a local folder (every "
             "local backend writes under it); give a local folder, or the remote folder to the "
             "backend that writes there: csv={'run_dir': '<URL>/<project>/<run name>'} (the "
-            "csv backend writes through fsspec), or MonitorLogger(save_dir=<URL>) in Lightning")
+            "csv and tensorboard backends write through fsspec), or "
+            "MonitorLogger(save_dir=<URL>) in Lightning")
     return Path(log_dir)
 

@@ -31,6 +31,8 @@ __all__ = ["DEFAULT_PROJECT", "MonitorLogger"]
 
 #: The project when none is given: the name Lightning's built-in loggers default to.
 DEFAULT_PROJECT = "lightning_logs"
+#: The backends that write a remote ``save_dir`` (an fsspec URL) through their ``run_dir``.
+REMOTE_BACKENDS = ("csv", "tensorboard")
 
 
 def _running_trainer() -> tuple[Any, bool]:
@@ -131,10 +133,10 @@ class MonitorLogger(Logger):
             ``prefix`` (``prefix="fold1"``: ``fold1-train_loss``); default none.
         save_dir: Lightning's name for ``log_dir`` (``str`` or path; give one of them); default:
             the ``Trainer``'s ``default_root_dir``. An fsspec URL (``s3://bucket/runs``,
-            ``memory://runs``), as ``CSVLogger`` takes one: the csv backend writes
-            ``<save_dir>/<project>/<run name>`` there through fsspec (install
-            ``csv-monitor[remote]`` and the filesystem's package, e.g. s3fs); any other
-            backend is a ``ConfigError`` naming it.
+            ``memory://runs``), as ``CSVLogger`` and ``TensorBoardLogger`` take one: the csv
+            and tensorboard backends write ``<save_dir>/<project>/<run name>`` there through
+            fsspec (install ``fsspec``, e.g. ``csv-monitor[remote]``, and the filesystem's
+            package, e.g. s3fs); any other backend is a ``ConfigError`` naming it.
         default_hp_metric: write ``hp_metric = -1`` at step 0 at the first ``log_hyperparams``
             without ``metrics`` (``TensorBoardLogger``'s ``default_hp_metric``, default
             ``True``).
@@ -183,26 +185,31 @@ class MonitorLogger(Logger):
             self._write_remotely(backends, self._remote_dir)
 
     def _write_remotely(self, backends: Sequence[str | type] | str | None, url: str) -> None:
-        """Send the run to ``<url>/<project>/<run name>`` (``CSVLogger``'s folder under a
-        remote ``save_dir``) through the csv backend's ``run_dir``; any other backend cannot
-        write to a URL: ``ConfigError`` naming it."""
+        """Send the run to ``<url>/<project>/<run name>`` (``CSVLogger``'s and
+        ``TensorBoardLogger``'s folder under a remote ``save_dir``) through the ``run_dir`` of
+        the csv and tensorboard backends; any other backend cannot write to a URL:
+        ``ConfigError`` naming it."""
         names = [backends] if isinstance(backends, str) else list(backends or [])
         if not names:
             raise ConfigError(f"MonitorLogger: save_dir={url!r} is a URL; name the backends, "
-                              "e.g. MonitorLogger(['csv'], save_dir=...): only csv writes to a "
-                              "URL (through fsspec, as Lightning's CSVLogger)")
+                              "e.g. MonitorLogger(['csv'], save_dir=...): only csv and "
+                              "tensorboard write to a URL (through fsspec, as Lightning's "
+                              "CSVLogger and TensorBoardLogger)")
         for backend in names:
             label = backend if isinstance(backend, str) else getattr(backend, "__name__", "?")
-            if backend != "csv":
+            if backend not in REMOTE_BACKENDS:
                 raise ConfigError(
                     f"MonitorLogger: backend {label!r} cannot write to save_dir={url!r} (a "
-                    "URL): only csv writes to a remote folder (through fsspec, as Lightning's "
-                    f"CSVLogger); give a local save_dir, or leave {label!r} out and log it "
-                    "with a second MonitorLogger that has a local save_dir")
+                    "URL): only csv and tensorboard write to a remote folder (through fsspec, "
+                    "as Lightning's CSVLogger and TensorBoardLogger); give a local save_dir, "
+                    f"or leave {label!r} out and log it with a second MonitorLogger that has a "
+                    "local save_dir")
         kwargs = self._runs.monitor_kwargs
-        options = dict(kwargs.get("csv") or {})
-        options.setdefault("run_dir", f"{url.rstrip('/')}/{self._runs.project}/{self._runs.name}")
-        kwargs["csv"] = options
+        for backend in map(str, names):
+            options = dict(kwargs.get(backend) or {})
+            options.setdefault("run_dir",
+                               f"{url.rstrip('/')}/{self._runs.project}/{self._runs.name}")
+            kwargs[backend] = options
 
     @property
     def experiment(self) -> Monitor:

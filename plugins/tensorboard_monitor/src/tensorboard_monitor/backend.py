@@ -15,7 +15,7 @@ from core_monitor.media import MEDIA_KINDS, MediaItem
 from core_monitor.resume import NoRunToResume
 
 from . import _compat, media, reader
-from .storage import CRASH_TAG, event_folder, hparam_value
+from .storage import CRASH_TAG, event_files, event_folder, hparam_value, remove
 from .storage import run_dir as _run_dir
 
 if TYPE_CHECKING:
@@ -72,7 +72,10 @@ class TensorBoardMonitor:
             ``SummaryWriter(log_dir=...)``'s meaning, and where DeepSpeed's own writer puts a
             run (``<output_path>/<job_name>``, see ``from_deepspeed``). A rank above 0
             (``rank_zero_only=False``) adds ``rank<rank>``. Read it back with
-            ``read_rows(run, run_dir=...)``.
+            ``read_rows(run, run_dir=...)``. An fsspec URL (``s3://bucket/runs/r``,
+            ``memory://runs/r``) is written through TensorBoard's own file layer, which uses
+            fsspec for it, as ``TensorBoardLogger(save_dir=<URL>)`` writes there (``fsspec``
+            and the filesystem's package must be installed).
         quiet: accepted as by every first-party backend (``False`` shows the SDK's own
             output); TensorBoard's writer prints nothing either way.
 
@@ -274,9 +277,7 @@ def _replace_earlier(folder: Any) -> None:
     """A run already in ``folder`` and no resume (a re-run of the same name): warn, then delete
     its event files, so that the new run's rows never mix with the old ones (TensorBoard's UI
     would show the union, cut at the new run's first step)."""
-    if not folder.is_dir():
-        return
-    earlier = [path for path in folder.glob("*tfevents*") if path.is_file()]
+    earlier = event_files(folder)
     if not earlier:
         return
     warnings.warn(f"tensorboard: a run is already in {str(folder)!r}; its {len(earlier)} event "
@@ -284,7 +285,7 @@ def _replace_earlier(folder: Any) -> None:
                   "name). Pass resume='allow' to continue it instead, or give another run name "
                   "to keep it", UserWarning, stacklevel=3)
     for path in earlier:
-        path.unlink(missing_ok=True)
+        remove(path)
 
 
 def _earlier_run(run: RunInfo, folder: Any, run_dir: Any) -> tuple[bool, int | None]:
@@ -292,7 +293,7 @@ def _earlier_run(run: RunInfo, folder: Any, run_dir: Any) -> tuple[bool, int | N
     when the folder holds no event file (nothing is created before)."""
     if run.resume == "never":
         return False, None
-    if folder.is_dir() and any(folder.glob("*tfevents*")):
+    if event_files(folder):
         return True, reader.last_step(run, run_dir=run_dir)
     if run.resume == "must":
         raise NoRunToResume(f"no TensorBoard event file in {str(folder)!r}")
