@@ -53,10 +53,12 @@ class TensorBoardMonitor:
     logged again appears twice in the run: TensorBoard's scalar charts draw both points in
     file order (a line going back), ``read_rows`` returns both. ``"must"`` with no event file
     raises ``NoRunToResume`` before any folder or file is created. With ``"never"`` (the
-    default), event files already in the folder (a re-run of the same name) are deleted after a
-    ``UserWarning`` naming the folder and ``resume="allow"``: the new run never mixes its rows
-    with the old one's (``TensorBoardLogger`` would add its file beside them, and TensorBoard's
-    UI show the old points up to the new run's first step).
+    default), event files already in ``<log_dir>/<project>/<name>`` (a re-run of the same name)
+    are deleted after a ``UserWarning`` naming the folder and ``resume="allow"``: the new run
+    never mixes its rows with the old one's (``TensorBoardLogger`` would add its file beside
+    them, and TensorBoard's UI show the old points up to the new run's first step). A folder
+    given exactly (``run_dir``) keeps ``SummaryWriter(log_dir=...)``'s meaning: a new event
+    file beside what is there (DeepSpeed's own writer may share it), nothing deleted.
 
     Args:
         run: the run (project, name, config, log_dir, rank) from the core.
@@ -153,7 +155,7 @@ class TensorBoardMonitor:
         sdk = _compat.sdk()
         #: Whether an earlier run was continued; the largest step it held (``None``: none).
         self.resumed, self.last_step = _earlier_run(run, folder, run_dir)
-        if not self.resumed:
+        if not self.resumed and run_dir is None:  # the run-named folder: one run in it
             _replace_earlier(folder)
         self.run = run
         #: The folder this run's event file is in (absolute).
