@@ -74,7 +74,7 @@ FIXTURES = sorted(p for p in (ROOT / "tests" / "fixtures").iterdir() if p.is_dir
 SUITE = ["tests", *(str(folder / "tests") for folder in PLUGINS.values()),
          "--ignore=tests/frameworks"]
 TEST_DEPS = ["pytest>=8", "pytest-timeout", "pytest-xdist", "numpy", "uv", "psutil",
-             "nvidia-ml-py"]
+             "nvidia-ml-py", "fsspec"]
 #: pytest-xdist: one worker per CPU, each test module (or test class) on one worker, so that a
 #: module's shared fixtures (an MLflow server, the copy tests' source runs) start once. Most of
 #: a test's time is spent waiting for processes it started, which a second worker overlaps.

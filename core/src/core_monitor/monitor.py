@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -158,7 +159,7 @@ class Monitor:
             project=project,
             name=name or default_run_name(),
             config=sanitize_config(config),
-            log_dir=Path(log_dir) if log_dir is not None else None,
+            log_dir=local_folder(log_dir),
             rank=rank,
             world_size=world_size,
             resume=check_resume(resume),
@@ -548,3 +549,28 @@ def _check_wall_time(wall_time: Any) -> float:
     if not math.isfinite(wall_time) or wall_time < 0:
         raise ValueError(f"wall_time={wall_time!r} must be finite and >= 0 (time.time())")
     return float(wall_time)
+
+
+#: A folder given as a URL (fsspec's ``protocol://path``: ``s3://``, ``gs://``, ``memory://``).
+URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def local_folder(log_dir: str | os.PathLike[str] | None) -> Path | None:
+    """``log_dir`` as a ``Path``, refusing a URL, which ``Path`` would turn into a local folder
+    (``s3://b/x`` -> ``./s3:/b/x``).
+
+    Raises:
+        ConfigError: ``log_dir`` is a URL; the message names it and the backends' options
+            that write there.
+    """
+    if log_dir is None:
+        return None
+    if URL.match(os.fspath(log_dir)):
+        raise ConfigError(
+            f"log_dir={os.fspath(log_dir)!r} is a URL, and log_dir is a local folder (every "
+            "local backend writes under it); give a local folder, or the remote folder to the "
+            "backend that writes there: csv={'run_dir': '<URL>/<project>/<run name>'} (the "
+            "csv and tensorboard backends write through fsspec), or "
+            "MonitorLogger(save_dir=<URL>) in Lightning")
+    return Path(log_dir)
+

@@ -72,6 +72,11 @@ class CometMonitor:
             a live ``Experiment`` on Comet's server, with the API key from Comet's own
             configuration (``COMET_API_KEY`` or ``~/.comet.config``).
         project: Comet's project name; default ``run.project``.
+        comet_project: ``True``: without ``project``, the project Comet's own configuration
+            names (``COMET_PROJECT_NAME``, ``project_name`` in ``.comet.config``), else Comet's
+            default, as ``comet_ml.start(project=None)`` chooses it; the DeepSpeed integration
+            sets it for a ``comet`` section without ``project``, as DeepSpeed's own writer
+            leaves the project to Comet. ``False`` (default): ``run.project``.
         workspace: Comet's workspace; default Comet's own (the API key's default workspace).
         experiment_key: the experiment's key (32 to 50 letters and digits) instead of a
             random one, on rank 0 (other ranks' runs are experiments of their own). With
@@ -130,7 +135,8 @@ class CometMonitor:
         return _compat.problems()
 
     def __init__(self, run: RunInfo, *, online: bool = False, project: str | None = None,
-                 workspace: str | None = None, experiment_key: str | None = None,
+                 comet_project: bool = False, workspace: str | None = None,
+                 experiment_key: str | None = None,
                  tags: Sequence[str] = (), api_key: str | None = None,
                  quiet: bool = True) -> None:
         self.run = run
@@ -143,7 +149,9 @@ class CometMonitor:
         self.resumed = continued is not None
         comet_ml = _compat.import_comet()
         settings: dict[str, Any] = {
-            **QUIET_EXPERIMENT, "project_name": project or run.project, "workspace": workspace,
+            **QUIET_EXPERIMENT, "workspace": workspace,
+            # None: Comet's own configuration decides (COMET_PROJECT_NAME, .comet.config)
+            "project_name": project or (None if comet_project else run.project),
         }
         with output.hidden(quiet):
             if online:

@@ -7,7 +7,7 @@ import warnings
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from core_monitor import Capabilities, ConfigError, Event, RunInfo, hookimpl
+from core_monitor import Capabilities, Event, RunInfo, hookimpl
 from core_monitor.resume import NoRunToResume
 
 from . import _compat
@@ -48,15 +48,16 @@ class DvcliveMonitor:
 
     Resume (``run.resume``): ``"allow"``/``"must"`` continue the run in the folder with
     ``Live(resume=True)``: rows are appended to its TSV files, its params kept and merged;
-    ``last_step`` is the largest step they held.
+    ``last_step`` is the largest step they held. A run already in the folder with
+    ``resume="never"`` (a re-run of the same name) is replaced as ``dvclive.Live()`` replaces
+    it (its metrics, params and plots deleted), after a ``UserWarning`` naming the folder and
+    ``resume="allow"``.
 
     Args:
         run: the run (project, name, config, log_dir, rank) from the core.
 
     Raises:
         NoRunToResume: ``resume="must"`` and the folder holds no DVCLive run (nothing created).
-        ConfigError: the folder holds a run and ``resume="never"`` (``Live()`` would delete
-            it; nothing already stored is deleted: pass ``resume="allow"`` or another name).
         OSError: the run's folder cannot be created or written.
     """
 
@@ -86,10 +87,13 @@ class DvcliveMonitor:
         found = holds_run(self._folder)
         if run.resume == "must" and not found:
             raise NoRunToResume(f"dvclive: no run in {str(self._folder)!r}")
-        if run.resume == "never" and found:
-            raise ConfigError(f"dvclive: a run is already in {str(self._folder)!r} (resume="
-                              f"{run.resume!r}); pass resume='allow' to continue it, or give "
-                              "another run name (dvclive.Live() would delete it)")
+        if run.resume == "never" and found:  # Live(resume=False) deletes it: say so first
+            warnings.warn(f"dvclive: a run is already in {str(self._folder)!r}; dvclive.Live() "
+                          "deletes its metrics, params and plots and this run is written in "
+                          "its place (a re-run of the same name). Pass resume='allow' to "
+                          "continue it instead, or give another run name to keep it",
+                          UserWarning, stacklevel=2)
+            found = False
         #: Whether an earlier run was continued; the largest step it held (``None``: none).
         self.resumed = found
         self.last_step = last_step(self._folder) if found else None

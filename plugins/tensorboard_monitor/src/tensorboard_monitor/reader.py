@@ -11,7 +11,7 @@ from core_monitor import RunInfo
 from core_monitor.media import Histogram, Image, Text
 
 from . import _compat
-from .storage import event_folder, run_dir
+from .storage import event_folder, is_folder, run_dir
 
 __all__ = ["last_step", "read_config", "read_media", "read_rows"]
 
@@ -145,6 +145,6 @@ def _accumulator(run: RunInfo, size_guidance: dict[str, int] | None,
                  exact: str | os.PathLike[str] | None = None) -> Any:
     folder = (event_folder(exact, rank=run.rank) if exact is not None
               else run_dir(run.project, run.name, run.log_dir, rank=run.rank))
-    if not folder.is_dir():
+    if not is_folder(folder):
         raise FileNotFoundError(f"no TensorBoard run folder at {str(folder)!r}")
     return _compat.sdk().EventAccumulator(str(folder), size_guidance=size_guidance).Reload()
