@@ -34,16 +34,13 @@ Nothing here imports an SDK; ``packaging`` is imported only when a tested range 
 from __future__ import annotations
 
 import importlib.metadata
-import importlib.util
-import sys
 import threading
 import warnings
 from collections.abc import Sequence
-from typing import NamedTuple
 
 from .capabilities import Capabilities, sdk_distribution
-from .discovery import GROUP, BackendInfo, backend_name
 from .errors import BackendLoadError, SdkVersionWarning
+from .plugins import Plugin, packages_distributions
 
 __all__ = ["Plugin", "check_installed", "ensure_sdk", "packages_distributions", "require_sdk",
            "sdk_error"]
@@ -54,93 +51,21 @@ _checked: dict[type, BackendLoadError | None] = {}
 
 
 def require_sdk(module: str, distribution: str) -> None:
-    """Make the plugin fail to load when its SDK is not installed, without importing the SDK.
+    """Removed: declare ``Capabilities(tested_sdk="<sdk>>=X")`` instead.
 
-    Not needed with ``Capabilities(tested_sdk=...)``: the core checks that distribution is
-    installed (``check_installed``). Kept for plugins that call it from their ``_compat.py``.
-
-    Args:
-        module: the SDK's top-level import name, e.g. ``"trackio"``.
-        distribution: the plugin's distribution, e.g. ``"trackio-monitor"`` (named in the
-            message).
+    The core checks, from metadata alone, that the distribution ``tested_sdk`` names is
+    installed before the backend starts (``check_installed``), so a plugin calls nothing.
+    Kept for one release so a third-party plugin still calling it fails with this message.
 
     Raises:
-        ModuleNotFoundError: ``importlib.util.find_spec(module)`` finds nothing; ``.name`` is
-            ``module``, so the core's ``BackendLoadError`` says which package to install.
+        TypeError: always, naming the replacement.
     """
-    if importlib.util.find_spec(module) is None:
-        raise ModuleNotFoundError(f"No module named {module!r} ({distribution} needs it)",
-                                  name=module)
-
-
-def packages_distributions() -> dict[str, list[str]]:
-    """Top-level import name -> the distributions installing it, as Python 3.11's
-    ``importlib.metadata.packages_distributions()``.
-
-    Python 3.10's version reads only ``top_level.txt``, which wheels built by hatchling (every
-    distribution of this project, and several SDKs) do not have; there the names are inferred
-    from each distribution's ``RECORD`` as 3.11 does (a file's top folder, or a top-level
-    module's name).
-    """
-    if sys.version_info >= (3, 11):
-        return importlib.metadata.packages_distributions()
-    import inspect
-
-    found: dict[str, list[str]] = {}
-    for dist in importlib.metadata.distributions():
-        names = (dist.read_text("top_level.txt") or "").split()
-        if not names:
-            tops = {f.parts[0] if len(f.parts) > 1 else inspect.getmodulename(str(f)) or str(f)
-                    for f in dist.files or []}
-            names = [name for name in tops if "." not in name]
-        for name in names:
-            found.setdefault(name, []).append(dist.metadata["Name"])
-    return found
-
-
-class Plugin(NamedTuple):
-    """Who a backend class is, for its error messages: the ``BackendLoadError`` fields."""
-
-    backend: str
-    distribution: str
-    version: str
-    target: str
-
-    @classmethod
-    def of(cls, backend: type) -> Plugin:
-        """The installed entry point of ``backend`` (same top-level package, same class name);
-        else what the class itself says (``name``, its module) and the distribution that
-        installed its package, ``"unknown"`` when none did."""
-        package = backend.__module__.split(".")[0]
-        for ep in importlib.metadata.entry_points(group=GROUP):
-            if ep.module.split(".")[0] == package and ep.attr == backend.__qualname__:
-                dist = ep.dist
-                return cls(ep.name, dist.metadata["Name"] if dist else "unknown",
-                           dist.version if dist else "unknown", ep.value)
-        found = packages_distributions().get(package, [])
-        distribution = found[0] if found else "unknown"
-        try:
-            version = importlib.metadata.version(distribution)
-        except importlib.metadata.PackageNotFoundError:
-            version = "unknown"
-        return cls(backend_name(backend), distribution, version,
-                   f"{backend.__module__}:{backend.__qualname__}")
-
-    @classmethod
-    def from_info(cls, info: BackendInfo) -> Plugin:
-        """The same fields from a ``discovery.BackendInfo`` (what the core already read)."""
-        return cls(info.name, info.distribution, info.version, info.target)
-
-
-def _plugin_class(package: str) -> type:
-    """The backend class an installed entry point of ``package`` names (already imported)."""
-    for ep in importlib.metadata.entry_points(group=GROUP):
-        if ep.module.split(".")[0] == package:
-            loaded = ep.load()
-            if isinstance(loaded, type):
-                return loaded
-    raise LookupError(f"no installed distribution declares a backend in {package!r} (group "
-                      f"{GROUP!r}): install the plugin (`pip install <its folder or wheel>`)")
+    raise TypeError(
+        f"core_monitor.compat.require_sdk({module!r}, {distribution!r}) is removed: delete the "
+        f"call and declare the SDK on the backend class, capabilities = Capabilities("
+        f"tested_sdk='<{module} distribution>>=<lowest tested version>'); the core checks it is "
+        "installed before the backend starts (see the plugin guide, 'Checking the SDK')"
+    )
 
 
 def _tested(backend: type) -> tuple[str, str] | None:
@@ -188,7 +113,7 @@ def sdk_error(backend: type, problems: Sequence[str],
         wanted = f"{sdk}{specifier}"
         detail = (f"{sdk} {_installed(sdk)} is not supported ({'; '.join(problems)}); this "
                   f"plugin supports {wanted}: `pip install '{wanted}'`")
-    return BackendLoadError(*plugin, RuntimeError(detail))
+    return BackendLoadError(*plugin.who, RuntimeError(detail))
 
 
 def _outside_range(backend: type, plugin: Plugin) -> str | None:
@@ -238,7 +163,7 @@ def check_installed(backend: type, plugin: Plugin | None = None) -> None:
     if sdk is None or _is_installed(sdk):
         return
     who = plugin or Plugin.of(backend)
-    raise BackendLoadError(*who, ModuleNotFoundError(
+    raise BackendLoadError(*who.who, ModuleNotFoundError(
         f"the SDK distribution {sdk!r} is not installed ({who.distribution} needs it)", name=sdk))
 
 
@@ -250,7 +175,7 @@ def _is_installed(distribution: str) -> bool:
     return True
 
 
-def ensure_sdk(backend: type | str, plugin: Plugin | None = None) -> type:
+def ensure_sdk(backend: type, plugin: Plugin | None = None) -> type:
     """Check the SDK of ``backend`` once per process: its version, then its shape.
 
     Runs ``backend.check_sdk()`` (if the class has one) the first time and remembers the
@@ -259,8 +184,8 @@ def ensure_sdk(backend: type | str, plugin: Plugin | None = None) -> type:
     on: the plugin's own check found every internal it uses).
 
     Args:
-        backend: the backend class, or the top-level package name of its plugin (a
-            ``_compat.py`` passes ``__package__``), resolved through the installed entry points.
+        backend: the backend class. The core calls this (``dispatch.backends.start_backend``,
+            ``discovery.check_backend``); a plugin calls nothing.
         plugin: who the plugin is, when the caller knows (``discovery.check_backend``).
 
     Returns:
@@ -270,9 +195,17 @@ def ensure_sdk(backend: type | str, plugin: Plugin | None = None) -> type:
         BackendLoadError: ``check_sdk()`` reported problems (the message names the SDK version,
             the problems and the tested range), or raised (wrapped, naming the plugin; a
             ``BackendLoadError`` it raised is kept as it is).
-        LookupError: ``backend`` is a package name no installed entry point is in.
+        TypeError: ``backend`` is not a class (a plugin's ``_compat.py`` passing its
+            ``__package__``, the way before this release: delete that call, the core runs
+            the check).
     """
-    cls = _plugin_class(backend) if isinstance(backend, str) else backend
+    if not isinstance(backend, type):
+        raise TypeError(
+            f"core_monitor.compat.ensure_sdk({backend!r}) takes the backend class, and a plugin "
+            "no longer calls it: delete the call (the core runs the backend's check_sdk() once "
+            "per process before constructing it)"
+        )
+    cls = backend
     with _lock:
         if cls in _checked:
             error = _checked[cls]
@@ -296,7 +229,7 @@ def _run_check(cls: type, plugin: Plugin | None) -> BackendLoadError | None:
     except BackendLoadError as error:
         return error
     except Exception as error:  # ImportError, or a check that raised instead of reporting
-        load_error = BackendLoadError(*who, error)
+        load_error = BackendLoadError(*who.who, error)
         load_error.__cause__ = error
         return load_error
     if problems:

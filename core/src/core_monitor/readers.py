@@ -37,14 +37,13 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib import import_module
-from importlib.metadata import entry_points
 from typing import Any
 
 from ._suggest import closest
+from .discovery import check_backend
 from .errors import ConfigError
-
-#: The entry-point group naming each backend's reader module.
-GROUP = "experiment_monitor_readers"
+from .plugins import READER_GROUP as GROUP
+from .plugins import installed_plugins
 
 
 @dataclass(frozen=True)
@@ -76,7 +75,8 @@ class Reader:
 
 def installed_readers() -> dict[str, str]:
     """Backend name -> reader module, from installed metadata only (nothing imported)."""
-    return {ep.name: ep.value for ep in entry_points(group=GROUP)}
+    return {name: plugin.reader for name, claims in installed_plugins().items()
+            for plugin in claims if plugin.reader is not None}
 
 
 def load_reader(name: str) -> Reader:
@@ -85,7 +85,9 @@ def load_reader(name: str) -> Reader:
     Raises:
         ConfigError: no installed distribution declares a reader for ``name`` (the message
             names the backends that have one), or its module lacks a callable ``read_rows``.
-        ImportError: the module (or its SDK) fails to import.
+        ImportError: the module (or its SDK) fails to import; ``BackendLoadError`` (an
+            ``ImportError``) when the plugin's ``check_sdk()`` reports a problem: the core runs
+            the backend's SDK check before its reader too, so a reader calls none.
     """
     readers = installed_readers()
     if name not in readers:
@@ -96,6 +98,9 @@ def load_reader(name: str) -> Reader:
             f"so it cannot be a copy source.{f' Did you mean {hint!r}?' if hint else ''} "
             f"Backends with a reader: {have} (`monitors list` shows them)."
         )
+    for plugin in installed_plugins().get(name, []):
+        if plugin.reader == readers[name] and plugin.entry_point is not None:
+            check_backend(plugin)
     module = import_module(readers[name])
     functions = {key: getattr(module, key, None)
                  for key in ("read_rows", "read_config", "read_media")}

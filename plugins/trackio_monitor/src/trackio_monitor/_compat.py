@@ -23,8 +23,6 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from core_monitor.compat import require_sdk
-
 #: The Trackio versions this plugin is tested with (``nox -s lowest`` runs the lowest,
 #: ``nox -s newest`` the newest on the index). The install requirement names only the lowest;
 #: outside this range the core warns once, and ``problems()`` decides whether the plugin runs.
@@ -39,10 +37,6 @@ _RUN_ARGS = ("url", "project", "client", "name", "run_id", "group", "config", "e
              "auto_log_gpu", "auto_log_cpu")
 _RUN_MEMBERS = ("_get_username", "_flush_queues_inline", "alert", "finish", "log")
 _RUN_STATE = ("_client_lock", "_config_logged", "_stop_flag", "config", "id", "name", "project")
-
-
-# The SDK is imported only when a backend is built, but must be there for the plugin to load.
-require_sdk("trackio", "trackio-monitor")
 
 
 def problems() -> list[str]:

@@ -25,8 +25,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from core_monitor.compat import require_sdk
-
 #: The wandb versions this plugin is tested with (``nox -s lowest`` runs the lowest,
 #: ``nox -s newest`` the newest on the index). The install requirement names only the lowest;
 #: outside this range the core warns once, and ``problems()`` decides whether the plugin runs.
@@ -46,10 +44,6 @@ _RECORD_FIELDS = ("history", "run", "config", "exit", "metric")
 #: threads of "the process"; wandb's default: the process that calls ``wandb.init``). In a
 #: writer process the backend sets it to the training process (``core_monitor.run.training_pid``).
 STATS_PID = "x_stats_pid"
-
-# The SDK is imported only when a backend is built, but must be there for the plugin to load.
-require_sdk("wandb", "wandb-monitor")
-
 
 def _record_class() -> Any:
     """wandb's ``Record`` protobuf message class. wandb builds its message classes when
