@@ -23,11 +23,16 @@ copy source. The module holds:
   ``str`` keys; values as the tracker keeps them (MLflow: strings).
 * ``read_media(run, **options) -> list[tuple[str, int, Image | Histogram | Text]]``
   (optional): the stored media at their steps, as ``core_monitor.media`` values.
+* ``read_crash(run, **options) -> str | None`` (every first-party plugin has one): how the run
+  ended. The reason the run crashed, as ``monitor_crash`` got it (``""`` from a tracker that
+  keeps a failed state but no text, wandb's exit code); ``None`` for a run that did not crash
+  (closed, still open). A tracker without a run status keeps one in a file
+  (``core_monitor.status_file.StatusFile``).
 
 ``options`` are keyword-only, named like the backend's own options they mirror (MLflow's
 ``tracking_uri``, TensorBoard's ``run_dir``): ``monitors copy --source-option K=V`` passes
 them. Resume's ``last_step`` is, by this contract, the largest step ``read_rows`` returns.
-``check_rows``/``check_config``/``check_media`` state the types; the kit runs them.
+``check_rows``/``check_config``/``check_media``/``check_crash`` state the types; the kit runs them.
 """
 
 from __future__ import annotations
@@ -53,7 +58,8 @@ class Reader:
     Attributes:
         name: the backend name.
         module: the reader module's name.
-        read_rows: the required function; ``read_config``, ``read_media``: ``None`` when absent.
+        read_rows: the required function; ``read_config``, ``read_media``, ``read_crash``:
+            ``None`` when absent.
         options: the keyword options every function of it accepts (their union).
     """
 
@@ -63,6 +69,7 @@ class Reader:
     read_config: Callable[..., dict[str, Any]] | None
     read_media: Callable[..., list[tuple[str, int, Any]]] | None
     options: frozenset[str]
+    read_crash: Callable[..., str | None] | None = None
 
     def options_for(self, function: Callable[..., Any], options: Mapping[str, Any],
                     ) -> dict[str, Any]:
@@ -103,7 +110,7 @@ def load_reader(name: str) -> Reader:
             check_backend(plugin)
     module = import_module(readers[name])
     functions = {key: getattr(module, key, None)
-                 for key in ("read_rows", "read_config", "read_media")}
+                 for key in ("read_rows", "read_config", "read_media", "read_crash")}
     if not callable(functions["read_rows"]):
         raise ConfigError(f"the reader of backend {name!r} ({readers[name]}) has no function "
                           "read_rows(run, **options); see core_monitor.readers")
@@ -115,7 +122,8 @@ def load_reader(name: str) -> Reader:
     return Reader(name, readers[name], functions["read_rows"],
                   functions["read_config"] if callable(functions["read_config"]) else None,
                   functions["read_media"] if callable(functions["read_media"]) else None,
-                  frozenset(options))
+                  frozenset(options),
+                  functions["read_crash"] if callable(functions["read_crash"]) else None)
 
 
 def check_rows(rows: Any) -> list[str]:
@@ -144,6 +152,13 @@ def check_config(config: Any) -> list[str]:
     if not isinstance(config, dict):
         return [f"read_config returned {type(config).__name__}, not a dict"]
     return [f"config key {key!r:.80} is not a str" for key in config if not isinstance(key, str)]
+
+
+def check_crash(crash: Any) -> list[str]:
+    """What ``crash`` (a ``read_crash`` result) breaks of the contract."""
+    if crash is None or isinstance(crash, str):
+        return []
+    return [f"read_crash returned {type(crash).__name__}, not the reason (str) or None"]
 
 
 def check_media(media: Any) -> list[str]:

@@ -40,6 +40,7 @@ class TestCometContract(MonitorContract):
     read_rows = staticmethod(read_rows)
     read_config = staticmethod(read_config)
     read_media = staticmethod(read_media)
+    read_crash = staticmethod(read_crash)
 
 
 def test_the_entry_points_name_the_backend_and_its_reader():

@@ -59,6 +59,7 @@ from mlflow_monitor import (
     storage,
     unescape_key,
 )
+from mlflow_monitor.reader import read_crash
 
 #: What the server process sees besides this process's (offline, SDK folders in a temp dir).
 SERVER_ENV = {
@@ -186,6 +187,10 @@ class TestMlflowServerContract(MonitorContract):
     def read_media(self, mlflow_server):
         return functools.partial(read_media, tracking_uri=mlflow_server.uri)
 
+    @pytest.fixture
+    def read_crash(self, mlflow_server):
+        return functools.partial(read_crash, tracking_uri=mlflow_server.uri)
+
 
 class TestMlflowSqliteContract(MonitorContract):
     @pytest.fixture
@@ -207,6 +212,10 @@ class TestMlflowSqliteContract(MonitorContract):
     @pytest.fixture
     def read_media(self, sqlite_uri):
         return functools.partial(read_media, tracking_uri=sqlite_uri)
+
+    @pytest.fixture
+    def read_crash(self, sqlite_uri):
+        return functools.partial(read_crash, tracking_uri=sqlite_uri)
 
 
 @pytest.fixture

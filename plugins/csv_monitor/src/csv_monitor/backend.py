@@ -13,7 +13,7 @@ from core_monitor.resume import NoRunToResume
 
 from . import deepspeed_files, lightning_table
 from .reader import layout_of, read_config_in, read_rows_in
-from .storage import read_status, run_dir, write_status
+from .storage import run_dir, status_of
 
 if TYPE_CHECKING:
     from core_monitor.hookspecs import Backend
@@ -79,7 +79,7 @@ class CsvMonitor:
             raise NoRunToResume(f"csv: no {layout} run in {str(self._folder)!r}")
         #: Whether an earlier run was continued; the largest step it held (``None``: none).
         self.resumed, self.last_step = found, last
-        if not self.resumed and read_status(self._folder) is not None:
+        if not self.resumed and status_of(self._folder).read() is not None:
             raise ConfigError(f"csv: a run is already in {str(self._folder)!r} (resume="
                               f"{run.resume!r}); pass resume='allow' to append to it, or give "
                               "another run name (Lightning's CSVLogger would delete it)")
@@ -93,8 +93,9 @@ class CsvMonitor:
         if self.resumed:
             self._config = {**read_config_in(self._folder), **self._config}
         self._write_config()
-        write_status(self._folder, "running")
-        self._closed = self._crashed = False
+        self._status = status_of(self._folder)
+        self._status.running()
+        self._closed = False
 
     @hookimpl
     def monitor_write(self, events: Sequence[Event]) -> None:
@@ -123,8 +124,7 @@ class CsvMonitor:
     @hookimpl
     def monitor_crash(self, reason: str) -> None:
         """Mark the run ``crashed: <reason>`` in its ``status`` file (rows are flushed)."""
-        write_status(self._folder, f"crashed: {reason}")
-        self._crashed = True  # close keeps the mark
+        self._status.crashed(reason)  # close keeps the mark
 
     @hookimpl
     def monitor_close(self) -> None:
@@ -137,8 +137,7 @@ class CsvMonitor:
             self._table.save()
         elif self._files is not None:
             self._files.close()
-        if not self._crashed:
-            write_status(self._folder, "finished")
+        self._status.finished()
 
     def _write_config(self) -> None:
         if self._layout == "lightning":
@@ -173,7 +172,7 @@ def _earlier(folder: Path, layout: str) -> tuple[bool, int | None]:
     if found is not None and found != layout:
         raise ConfigError(f"csv: {str(folder)!r} holds a run in the {found} layout; pass "
                           f"layout={found!r} or another run name")
-    if read_status(folder) is None:
+    if status_of(folder).read() is None:
         return False, None
 
     return True, max((step for _, step, _ in read_rows_in(folder)), default=None)
