@@ -691,8 +691,10 @@ def test_a_hung_server_delays_a_call_by_at_most_the_bound_and_close_returns(
     reported = [str(w.message) for w in caught if issubclass(w.category, BackendWarning)]
     assert len(reported) == 2, reported  # the failure, once; the undelivered count at close
     assert "2 scalar(s)" in reported[1]
-    assert FAST_FAIL["request_timeout"] <= flushing < bound + 2.0  # + connection set-up slack
-    assert closing < 1.0
+    # The bound, plus room for a loaded machine (a CPU hog on every core): far below the four
+    # minutes MLflow's own limits would retry for, so a missed bound still fails.
+    assert FAST_FAIL["request_timeout"] <= flushing < bound + 10.0
+    assert closing < 10.0
 
 
 def test_a_media_request_to_a_hung_server_fails_once_and_everything_after_is_counted(
