@@ -251,7 +251,8 @@ def test_options_reach_the_experiment(tmp_path):
 @pytest.mark.parametrize(("options", "words"), [
     ({"experiment_key": "short"}, ["experiment_key='short'", "32 to 50 letters and digits"]),
     ({"project": ""}, ["project=''"]),
-    ({"tags": ["ok", ""]}, ["tags", "empty tag"]),
+    ({"tags": ["ok", ""]}, ["tags=['ok', '']", "a list of non-blank str"]),
+    ({"workspace": "  "}, ["workspace='  '", "a non-blank str or None"]),
     ({"online": "yes"}, ["online='yes'"]),
 ])
 def test_a_bad_option_is_refused_naming_it(tmp_path, options, words):

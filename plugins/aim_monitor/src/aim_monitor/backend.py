@@ -10,8 +10,9 @@ import warnings
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from core_monitor import BackendWarning, Capabilities, ConfigError, Event, RunInfo, hookimpl
+from core_monitor import BackendWarning, Capabilities, Event, RunInfo, hookimpl
 from core_monitor.media import Histogram, Image, MediaItem, Text
+from core_monitor.options import NonBlank
 from core_monitor.resume import NoRunToResume
 
 from . import _compat
@@ -82,24 +83,12 @@ class AimMonitor:
     )
 
     @classmethod
-    def check_options(cls, options: Mapping[str, Any]) -> None:
-        """Refuse blank tags (the core refuses ``tags="a"``, a ``str``, from the annotation).
-
-        Raises:
-            ConfigError: naming the option, the value and the fix.
-        """
-        tags = options.get("tags")
-        if tags is not None and any(not isinstance(t, str) or not t.strip() for t in tags):
-            raise ConfigError(f"aim: option tags={list(tags)!r} holds a blank or non-str tag; "
-                              "give non-empty strings, e.g. tags=['baseline']")
-
-    @classmethod
     def check_sdk(cls) -> list[str]:
         """What the installed Aim lacks of what this plugin uses (run by the core)."""
         return _compat.problems()
 
     def __init__(self, run: RunInfo, *, repo: str | None = None,
-                 experiment: str | None = None, tags: Sequence[str] | None = None) -> None:
+                 experiment: str | None = None, tags: Sequence[NonBlank] | None = None) -> None:
         from aim import Run
 
         self._info = run

@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from core_monitor import Capabilities, ConfigError, Event, RunInfo, hookimpl
 from core_monitor.media import Histogram, Image, MediaItem, Text
+from core_monitor.options import NonBlank
+from core_monitor.output import hidden
 
 from . import _compat
 from .storage import (
@@ -123,23 +125,11 @@ class ClearmlMonitor:
     )
 
     @classmethod
-    def check_options(cls, options: Mapping[str, Any]) -> None:
-        """Refuse blank tags (the core refuses ``tags="a"``, a ``str``, from the annotation).
-
-        Raises:
-            ConfigError: naming the option, the value and the fix.
-        """
-        tags = options.get("tags")
-        if tags is not None and any(not isinstance(t, str) or not t.strip() for t in tags):
-            raise ConfigError(f"clearml: option tags={list(tags)!r} holds a blank or non-str "
-                              "tag; give non-empty strings, e.g. tags=['baseline']")
-
-    @classmethod
     def check_sdk(cls) -> list[str]:
         """What the installed ClearML lacks of what this plugin uses (run by the core)."""
         return _compat.problems()
 
-    def __init__(self, run: RunInfo, *, tags: Sequence[str] | None = None,
+    def __init__(self, run: RunInfo, *, tags: Sequence[NonBlank] | None = None,
                  offline: bool = True, quiet: bool = True) -> None:
         from clearml import Logger, Task
 
@@ -262,9 +252,7 @@ class ClearmlMonitor:
 
     def _silenced(self) -> contextlib.AbstractContextManager[Any]:
         """``sys.stdout`` to nowhere inside the block when ``quiet``."""
-        if not self._quiet:
-            return contextlib.nullcontext()
-        return contextlib.redirect_stdout(io.StringIO())
+        return hidden(self._quiet, stdout=True)
 
 
 def _png(image: Image) -> io.BytesIO:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from core_monitor import Capabilities, ConfigError, Event, RunInfo, hookimpl
 from core_monitor.events import rows_by_step
 from core_monitor.media import MediaItem
+from core_monitor.options import NonBlank
 from core_monitor.resume import NoRunToResume
 
 from . import _compat, media, output, reader
@@ -109,18 +110,13 @@ class CometMonitor:
         ``Monitor()`` before comet_ml is imported.
 
         Raises:
-            ConfigError: ``experiment_key`` is not 32 to 50 letters and digits, ``project``
-                or ``workspace`` is empty, or a tag is empty; the message names the option.
+            ConfigError: ``experiment_key`` is not 32 to 50 letters and digits (blank
+                ``project``, ``workspace`` and tags: refused by the core, from ``NonBlank``).
         """
         key = options.get("experiment_key")
         if key is not None and not EXPERIMENT_KEY.fullmatch(key):
             raise ConfigError(f"comet: option experiment_key={key!r} is not a Comet experiment "
                               "key: use 32 to 50 letters and digits, e.g. uuid.uuid4().hex")
-        for option in ("project", "workspace"):
-            if options.get(option) == "":
-                raise ConfigError(f"comet: option {option}='' must be a non-empty str or None")
-        if any(tag == "" for tag in options.get("tags", ())):
-            raise ConfigError("comet: option tags holds an empty tag; give non-empty strings")
 
     @classmethod
     def check_sdk(cls) -> list[str]:
@@ -129,9 +125,9 @@ class CometMonitor:
         the first backend is built, and by ``monitors list --check``."""
         return _compat.problems()
 
-    def __init__(self, run: RunInfo, *, online: bool = False, project: str | None = None,
-                 workspace: str | None = None, experiment_key: str | None = None,
-                 tags: Sequence[str] = (), api_key: str | None = None,
+    def __init__(self, run: RunInfo, *, online: bool = False, project: NonBlank | None = None,
+                 workspace: NonBlank | None = None, experiment_key: str | None = None,
+                 tags: Sequence[NonBlank] = (), api_key: str | None = None,
                  quiet: bool = True) -> None:
         self.run = run
         self.online = online

@@ -13,7 +13,6 @@ import contextlib
 import contextvars
 import functools
 import inspect
-import io
 import json
 import sys
 import warnings
@@ -22,6 +21,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+
+from core_monitor.output import hidden
 
 #: The Trackio versions this plugin is tested with (``nox -s lowest`` runs the lowest,
 #: ``nox -s newest`` the newest on the index). The install requirement names only the lowest;
@@ -176,10 +177,7 @@ def log_renaming(log: Any, row: dict[str, float], step: int) -> None:
 def stdout_hidden(hide: bool) -> Iterator[None]:
     """Hide Trackio's ``print`` lines (it has no verbosity switch). ``sys.stdout`` is swapped
     process-wide for the duration, so other threads' prints in that window are hidden too."""
-    if not hide:
-        yield
-        return
-    with contextlib.redirect_stdout(io.StringIO()):
+    with hidden(hide, stdout=True):
         yield
 
 
