@@ -82,10 +82,10 @@ class AimMonitor:
         tested_sdk=_compat.TESTED,  # outside this range the core warns once
     )
 
-    @classmethod
-    def check_sdk(cls) -> list[str]:
-        """What the installed Aim lacks of what this plugin uses (run by the core)."""
-        return _compat.problems()
+    #: What the installed SDK lacks of what this plugin uses (``_compat.problems``; ``[]``:
+    #: nothing), run by the core once per process before the backend is built, and by
+    #: ``monitors list --check``; a problem becomes a ``BackendLoadError`` naming ``tested_sdk``.
+    check_sdk = staticmethod(_compat.problems)
 
     def __init__(self, run: RunInfo, *, repo: str | None = None,
                  experiment: str | None = None, tags: Sequence[NonBlank] | None = None) -> None:
@@ -113,7 +113,6 @@ class AimMonitor:
             self._run.add_tag(tag)
         if run.config or earlier is None:
             self._merge_config(dict(run.config))
-        self._closed = False
 
     def _earlier(self) -> str | None:
         """The hash of the newest run of this experiment and name, if any; records where each
@@ -198,10 +197,7 @@ class AimMonitor:
 
     @hookimpl
     def monitor_close(self) -> None:
-        """Finish the run (``run.close()``: its end time). A second call does nothing."""
-        if self._closed:
-            return
-        self._closed = True
+        """Finish the run (``run.close()``: its end time)."""
         self._run.close()
 
 

@@ -124,10 +124,10 @@ class ClearmlMonitor:
         tested_sdk=_compat.TESTED,  # outside this range the core warns once
     )
 
-    @classmethod
-    def check_sdk(cls) -> list[str]:
-        """What the installed ClearML lacks of what this plugin uses (run by the core)."""
-        return _compat.problems()
+    #: What the installed SDK lacks of what this plugin uses (``_compat.problems``; ``[]``:
+    #: nothing), run by the core once per process before the backend is built, and by
+    #: ``monitors list --check``; a problem becomes a ``BackendLoadError`` naming ``tested_sdk``.
+    check_sdk = staticmethod(_compat.problems)
 
     def __init__(self, run: RunInfo, *, tags: Sequence[NonBlank] | None = None,
                  offline: bool = True, quiet: bool = True) -> None:
@@ -159,7 +159,6 @@ class ClearmlMonitor:
             self._task.get_offline_mode_folder()  # resolved (and kept) under this cache dir
         self._logger: Any = self._task.get_logger()
         self._set_config(dict(run.config))
-        self._closed = False
 
     @hookimpl
     def monitor_write(self, events: Sequence[Event]) -> None:
@@ -237,11 +236,7 @@ class ClearmlMonitor:
     def monitor_close(self) -> None:
         """Close the task (offline: the session's ``.zip`` is written beside its folder) and put
         back ``CLEARML_PROC_MASTER_ID`` and ``TRAINS_PROC_MASTER_ID`` as they were before
-        ``Task.init``. A second call does
-        nothing."""
-        if self._closed:
-            return
-        self._closed = True
+        ``Task.init``."""
         with self._silenced():
             self._task.close()
         for name, before in self._master_before.items():

@@ -118,12 +118,10 @@ class CometMonitor:
             raise ConfigError(f"comet: option experiment_key={key!r} is not a Comet experiment "
                               "key: use 32 to 50 letters and digits, e.g. uuid.uuid4().hex")
 
-    @classmethod
-    def check_sdk(cls) -> list[str]:
-        """Import comet_ml (its import switches set first: ``_compat.IMPORT_ENV``) and return
-        what it lacks of what this plugin uses (``_compat.problems``); run by the core before
-        the first backend is built, and by ``monitors list --check``."""
-        return _compat.problems()
+    #: What the installed SDK lacks of what this plugin uses (``_compat.problems``; ``[]``:
+    #: nothing), run by the core once per process before the backend is built, and by
+    #: ``monitors list --check``; a problem becomes a ``BackendLoadError`` naming ``tested_sdk``.
+    check_sdk = staticmethod(_compat.problems)
 
     def __init__(self, run: RunInfo, *, online: bool = False, project: NonBlank | None = None,
                  workspace: NonBlank | None = None, experiment_key: str | None = None,
@@ -163,7 +161,6 @@ class CometMonitor:
                 self._experiment.log_parameters(dict(run.config))
         #: The Comet experiment key.
         self.experiment_key: str = self._experiment.get_key()
-        self._closed = False
 
     @hookimpl
     def monitor_write(self, events: Sequence[Event]) -> None:
@@ -205,10 +202,7 @@ class CometMonitor:
 
     @hookimpl
     def monitor_close(self) -> None:
-        """End the experiment (offline: write its archive). A second call does nothing."""
-        if self._closed:
-            return
-        self._closed = True
+        """End the experiment (offline: write its archive)."""
         with output.hidden(self.quiet):
             self._experiment.end()
         if not self.online:  # Comet wrote the archive in place: move it over the checkpoint

@@ -95,7 +95,6 @@ class CsvMonitor:
         self._write_config()
         self._status = status_of(self._folder)
         self._status.running()
-        self._closed = False
 
     @hookimpl
     def monitor_write(self, events: Sequence[Event]) -> None:
@@ -129,10 +128,7 @@ class CsvMonitor:
     @hookimpl
     def monitor_close(self) -> None:
         """Write what is buffered, close the files, mark the run ``finished`` (unless it
-        crashed). A second call does nothing."""
-        if self._closed:
-            return
-        self._closed = True
+        crashed)."""
         if self._table is not None:
             self._table.save()
         elif self._files is not None:

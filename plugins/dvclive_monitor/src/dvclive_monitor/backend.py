@@ -70,16 +70,10 @@ class DvcliveMonitor:
         tested_sdk=_compat.TESTED,
     )
 
-    @classmethod
-    def check_sdk(cls) -> list[str]:
-        """What this DVCLive lacks of the internals the plugin uses (``_compat.problems``);
-        run by the core before the backend is first constructed and by ``monitors list
-        --check``.
-
-        Raises:
-            ImportError: DVCLive is not installed.
-        """
-        return _compat.problems()
+    #: What the installed SDK lacks of what this plugin uses (``_compat.problems``; ``[]``:
+    #: nothing), run by the core once per process before the backend is built, and by
+    #: ``monitors list --check``; a problem becomes a ``BackendLoadError`` naming ``tested_sdk``.
+    check_sdk = staticmethod(_compat.problems)
 
     def __init__(self, run: RunInfo) -> None:
         self._folder = run_dir(run)
@@ -100,7 +94,6 @@ class DvcliveMonitor:
         self._status = status_of(self._folder)
         self._status.running()
         self._conflicts: set[str] = set()
-        self._closed = False
 
     @hookimpl
     def monitor_write(self, events: Sequence[Event]) -> None:
@@ -136,10 +129,7 @@ class DvcliveMonitor:
         """Write ``metrics.json`` and mark the run ``finished`` (unless it crashed), as
         ``Live.end()`` would write it with ``save_dvc_exp=False`` and ``dvcyaml=None``
         (``end()`` itself also looks for DVC's signal files around the current folder).
-        A second call does nothing."""
-        if self._closed:
-            return
-        self._closed = True
+       """
         self._live.make_summary()
         self._status.finished()
 

@@ -247,15 +247,10 @@ class MlflowMonitor:
                              default=None)
         return runs[0].info.run_id
 
-    @classmethod
-    def check_sdk(cls) -> list[str]:
-        """Import MLflow; what it lacks of what the plugin uses (``[]``: nothing). The core
-        reports a problem as a ``BackendLoadError`` naming ``tested_sdk``.
-
-        Raises:
-            ImportError: MLflow is not installed.
-        """
-        return _compat.problems()
+    #: What the installed SDK lacks of what this plugin uses (``_compat.problems``; ``[]``:
+    #: nothing), run by the core once per process before the backend is built, and by
+    #: ``monitors list --check``; a problem becomes a ``BackendLoadError`` naming ``tested_sdk``.
+    check_sdk = staticmethod(_compat.problems)
 
     # Hooks -------------------------------------------------------------------------------------
 

@@ -85,16 +85,10 @@ class SwanlabMonitor:
         max_step=STEP_LIMIT - 1,  # SwanLab refuses a larger step: reported, not sent
     )
 
-    @classmethod
-    def check_sdk(cls) -> list[str]:
-        """What this SwanLab lacks of the internals the plugin uses (``_compat.problems``);
-        run by the core before the backend is first constructed and by ``monitors list
-        --check``.
-
-        Raises:
-            ImportError: SwanLab is not installed.
-        """
-        return _compat.problems()
+    #: What the installed SDK lacks of what this plugin uses (``_compat.problems``; ``[]``:
+    #: nothing), run by the core once per process before the backend is built, and by
+    #: ``monitors list --check``; a problem becomes a ``BackendLoadError`` naming ``tested_sdk``.
+    check_sdk = staticmethod(_compat.problems)
 
     def __init__(self, run: RunInfo, *,
                  mode: Literal["online", "offline", "local", "disabled"] | None = None,

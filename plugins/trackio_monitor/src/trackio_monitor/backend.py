@@ -83,15 +83,10 @@ class TrackioMonitor:
         core before Trackio is imported (see ``options.check_options``)."""
         _options.check_options(options)
 
-    @classmethod
-    def check_sdk(cls) -> list[str]:
-        """Import Trackio; what it lacks of the internals the plugin uses (``[]``: nothing).
-        The core reports a problem as a ``BackendLoadError`` naming ``tested_sdk``.
-
-        Raises:
-            ImportError: Trackio is not installed.
-        """
-        return _compat.problems()
+    #: What the installed SDK lacks of what this plugin uses (``_compat.problems``; ``[]``:
+    #: nothing), run by the core once per process before the backend is built, and by
+    #: ``monitors list --check``; a problem becomes a ``BackendLoadError`` naming ``tested_sdk``.
+    check_sdk = staticmethod(_compat.problems)
 
     def __init__(
         self,
