@@ -1,4 +1,4 @@
-"""``core_monitor.compat``: the SDK checks the core runs for a plugin (``ensure_sdk``), and the
+"""``core_monitor.sdk``: the SDK checks the core runs for a plugin (``ensure_sdk``), and the
 errors and warnings it builds from what the plugin's ``check_sdk()`` reports."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from importlib import metadata
 import pytest
 
 from core_monitor import BackendLoadError, Capabilities, SdkVersionWarning
-from core_monitor.compat import Plugin, ensure_sdk, require_sdk, sdk_error
 from core_monitor.discovery import installed_backends
+from core_monitor.sdk import Plugin, ensure_sdk, require_sdk, sdk_error
 
 PLUGGY = metadata.version("pluggy")
 
@@ -124,3 +124,11 @@ def test_an_installed_plugin_is_known_by_its_entry_point():
     assert info.who == ("stale", "stale-monitor", "0.0.1", "stale_monitor:StaleMonitor")
     with pytest.raises(BackendLoadError, match=r"stale-monitor 0\.0\.1"):
         ensure_sdk(cls)
+
+
+def test_the_old_module_name_still_imports_for_one_release():
+    import core_monitor.compat
+    import core_monitor.sdk
+
+    assert core_monitor.compat.ensure_sdk is core_monitor.sdk.ensure_sdk
+    assert core_monitor.compat.Plugin is core_monitor.plugins.Plugin

@@ -23,7 +23,6 @@ from importlib.metadata import PackageNotFoundError, distribution
 from typing import NamedTuple
 
 from ._suggest import closest
-from .compat import ensure_sdk
 from .errors import (
     BackendLoadError,
     ConfigError,
@@ -32,6 +31,7 @@ from .errors import (
     UnknownBackendError,
 )
 from .plugins import GROUP, Plugin, backend_name, installed_plugins
+from .sdk import ensure_sdk
 
 __all__ = ["DISABLE_ALL", "DISABLE_ENV", "FAILING_STATES", "GROUP", "BackendInfo", "Status",
            "backend_name", "check_backend", "disabled_names", "find_backend",
@@ -223,7 +223,7 @@ def load_backend(info: BackendInfo) -> type:
 
 
 def check_backend(info: BackendInfo) -> type:
-    """``load_backend``, then ``compat.ensure_sdk``: the class's optional ``check_sdk()`` and
+    """``load_backend``, then ``sdk.ensure_sdk``: the class's optional ``check_sdk()`` and
     ``tested_sdk`` range (see the plugin guide); what ``monitors list --check`` runs.
 
     Raises:
