@@ -86,7 +86,7 @@ class Capabilities:
             constructed the core checks, from metadata alone, that the distribution it names is
             installed (else ``BackendLoadError`` naming it and ``pip install``); outside the
             range it warns once (``SdkVersionWarning``) unless ``check_sdk`` reports a problem
-            (``core_monitor.compat``).
+            (``core_monitor.sdk``).
 
     Raises:
         TypeError: (construction) a field has a value outside ``CAPABILITY_VALUES``, ``name``

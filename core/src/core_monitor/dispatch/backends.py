@@ -57,7 +57,7 @@ def new_manager() -> pluggy.PluginManager:
 
 def start_backend(manager: pluggy.PluginManager, name: str, cls: type, run: RunInfo,
                   options: Mapping[str, Any]) -> StartedBackend:
-    """Check the SDK of ``cls`` (``core_monitor.compat.ensure_sdk``: its ``check_sdk()``, once
+    """Check the SDK of ``cls`` (``core_monitor.sdk.ensure_sdk``: its ``check_sdk()``, once
     per process), construct ``cls(run, **options)`` and validate its hooks. The one place the
     core constructs a backend, whichever process it runs in.
 

@@ -56,11 +56,9 @@ REASONS = {"sigkill": "ended without closing the monitor", "sigterm": "received 
 class CrashChecks:
     """How a run ended, through the reader's ``read_crash``; mixed into ``MonitorContract``."""
 
-    _given: Callable[[str], Any]  # MonitorContract's: what the test class supplied
-
-    def _end_run(self, death: str, backend_class: type, backend_options: dict[str, Any],
-                 tmp_path: Path) -> RunInfo:
-        if self._given("read_crash") is None:
+    def _end_run(self, death: str, read_crash: Any, backend_class: type,
+                 backend_options: dict[str, Any], tmp_path: Path) -> RunInfo:
+        if read_crash is None:
             pytest.skip("the test class supplies no read_crash (RunInfo -> the crash reason "
                         "or None, your reader module's read_crash): how a run ended is part "
                         "of the reader contract (core_monitor.readers)")
@@ -102,7 +100,7 @@ class CrashChecks:
         """SIGKILL (nothing runs in the trainer) and SIGTERM (the core closes on it): the
         writer writes every row, calls ``monitor_crash(reason)``, closes; ``read_crash``
         returns the reason (or ``""`` from a tracker that keeps only a failed state)."""
-        run = self._end_run(death, backend_class, backend_options, tmp_path)
+        run = self._end_run(death, read_crash, backend_class, backend_options, tmp_path)
         crash = self._wait_for(read_crash, run, lambda got: got is not None)
         problems = check_crash(crash)
         if problems or crash is None:
@@ -127,7 +125,7 @@ class CrashChecks:
         """``with`` closes the monitor when its body raises (the exception propagates, the
         caller reports it): every row is stored and the run reads back as closed, not crashed
         (the core gives ``monitor_crash`` only the death of the training process)."""
-        run = self._end_run("exception", backend_class, backend_options, tmp_path)
+        run = self._end_run("exception", read_crash, backend_class, backend_options, tmp_path)
         got = sorted((t, s) for t, s, _ in read_rows(run))
         if got != [("loss", 0), ("loss", 1), ("loss", 2)]:
             pytest.fail(f"after an exception in `with`, expected rows (tag, step) [('loss', 0), "

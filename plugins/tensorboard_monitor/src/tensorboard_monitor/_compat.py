@@ -5,7 +5,7 @@ writer PyTorch's ``SummaryWriter`` wraps; TensorBoard documents no public writer
 TensorFlow), builds HParams with ``tensorboard.plugins.hparams.summary_v2`` and reads back with
 ``EventAccumulator`` and the HParams plugin's ``metadata`` parser. ``problems()`` lists what
 this TensorBoard lacks of the shape the plugin relies on; ``sdk()`` has the core check it once
-(``core_monitor.compat``: a ``BackendLoadError`` naming the tested range). Nothing
+(``core_monitor.sdk``: a ``BackendLoadError`` naming the tested range). Nothing
 here imports TensorBoard at module import: importing ``tensorboard_monitor`` stays cheap on ranks
 that write nothing.
 

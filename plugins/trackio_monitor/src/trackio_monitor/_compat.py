@@ -4,7 +4,7 @@ Trackio's public API (``trackio.init``/``log``/``finish``) works on one process-
 and folder, which a library must not take over, so the plugin drives ``trackio.run.Run`` itself.
 ``problems()`` lists what this Trackio lacks of the internals relied on; the backend's
 ``check_sdk()`` reports it and the core turns it into a ``BackendLoadError`` naming the tested
-range (``core_monitor.compat``). Nothing here imports Trackio at module import.
+range (``core_monitor.sdk``). Nothing here imports Trackio at module import.
 """
 
 from __future__ import annotations

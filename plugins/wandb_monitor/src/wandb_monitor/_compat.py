@@ -8,7 +8,7 @@ offline run back: wandb writes no history JSON offline and ships no Python reade
 ``read_records`` decodes the ``.wandb`` transaction log (LevelDB-log framing: 32 KiB blocks,
 CRC-32 per chunk) into wandb's own ``Record`` protobuf messages. ``problems()`` lists what this
 wandb lacks of the shape relied on; the backend's ``check_sdk()`` reports it and the core turns
-it into a ``BackendLoadError`` naming the tested range (``core_monitor.compat``). Nothing here
+it into a ``BackendLoadError`` naming the tested range (``core_monitor.sdk``). Nothing here
 imports wandb at module import.
 """
 
