@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from core_monitor import Capabilities, ConfigError, Event, RunInfo, hookimpl
-from core_monitor.sdk import sdk_error
 from core_monitor.events import rows_by_step
 from core_monitor.media import MEDIA_KINDS
 from core_monitor.resume import NoRunToResume
+from core_monitor.sdk import sdk_error
 
 from . import _compat, folder, media
 from . import options as _options
