@@ -118,10 +118,9 @@ class CometMonitor:
             raise ConfigError(f"comet: option experiment_key={key!r} is not a Comet experiment "
                               "key: use 32 to 50 letters and digits, e.g. uuid.uuid4().hex")
 
-    #: What the installed SDK lacks of what this plugin uses (``_compat.problems``; ``[]``:
-    #: nothing), run by the core once per process before the backend is built, and by
-    #: ``monitors list --check``; a problem becomes a ``BackendLoadError`` naming ``tested_sdk``.
-    check_sdk = staticmethod(_compat.problems)
+    @staticmethod
+    def check_sdk() -> list[str]:  # the core runs it (core_monitor.sdk): what the SDK lacks
+        return _compat.problems()
 
     def __init__(self, run: RunInfo, *, online: bool = False, project: NonBlank | None = None,
                  workspace: NonBlank | None = None, experiment_key: str | None = None,
