@@ -94,7 +94,9 @@ def pytest_runs(session: nox.Session, *args: str, marks: str = "",
     one can wait past that grace for a CPU (seen in CI: jsonl's writer dropped a call)."""
     both = f"({marks}) and " if marks else ""
     session.run("pytest", *PARALLEL, *args, "-m", f"{both}not timing", env=env)
-    session.run("pytest", *args, "-m", f"{both}timing", env=env)
+    # exit code 5: no ``timing`` test selected (none is left in the suite today: speed figures
+    # live in benchmarks/, the tests assert exact counts that hold on a loaded machine)
+    session.run("pytest", *args, "-m", f"{both}timing", env=env, success_codes=[0, 5])
 
 nox.options.default_venv_backend = "uv|virtualenv"
 # `nox`: what CI runs (bench and bench_dist measure, never gate; dev, pythons and bench_dist are

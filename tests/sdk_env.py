@@ -21,6 +21,11 @@ OFFLINE_ENV = {
     "WANDB_DISABLE_GIT": "true",
     "WANDB_DISABLE_CODE": "true",
     "WANDB_ERROR_REPORTING": "false",  # wandb-core's crash reports (on by default, even offline)
+    # How long wandb waits for its service (wandb-core) to start, and for init to answer:
+    # 30 s and 90 s by default, which a loaded machine (a CPU hog on every core) misses. The
+    # tests assert what is stored, not how fast an SDK starts (speed: benchmarks/).
+    "WANDB__SERVICE_WAIT": "300",
+    "WANDB_INIT_TIMEOUT": "600",
     "HF_HUB_OFFLINE": "1",
     "HF_DATASETS_OFFLINE": "1",
     "TRANSFORMERS_OFFLINE": "1",

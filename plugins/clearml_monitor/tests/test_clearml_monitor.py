@@ -19,6 +19,7 @@ import pytest
 
 import clearml_monitor
 from clearml_monitor import ClearmlMonitor, read_config, read_rows
+from clearml_monitor.reader import read_crash
 from core_monitor import ConfigError, Histogram, Image, Monitor, RunInfo, Text
 from core_monitor.testing import MonitorContract
 
@@ -31,6 +32,7 @@ class TestClearmlContract(MonitorContract):
     read_rows = staticmethod(clearml_monitor.read_rows)
     read_config = staticmethod(clearml_monitor.read_config)
     read_media = staticmethod(clearml_monitor.read_media)
+    read_crash = staticmethod(read_crash)
 
 
 def test_the_entry_points_name_the_backend_and_its_reader() -> None:

@@ -40,6 +40,7 @@ class TestCometContract(MonitorContract):
     read_rows = staticmethod(read_rows)
     read_config = staticmethod(read_config)
     read_media = staticmethod(read_media)
+    read_crash = staticmethod(read_crash)
 
 
 def test_the_entry_points_name_the_backend_and_its_reader():
@@ -265,7 +266,8 @@ def test_comet_project_leaves_the_project_to_comets_configuration(tmp_path, monk
 @pytest.mark.parametrize(("options", "words"), [
     ({"experiment_key": "short"}, ["experiment_key='short'", "32 to 50 letters and digits"]),
     ({"project": ""}, ["project=''"]),
-    ({"tags": ["ok", ""]}, ["tags", "empty tag"]),
+    ({"tags": ["ok", ""]}, ["tags=['ok', '']", "a list of non-blank str"]),
+    ({"workspace": "  "}, ["workspace='  '", "a non-blank str or None"]),
     ({"online": "yes"}, ["online='yes'"]),
 ])
 def test_a_bad_option_is_refused_naming_it(tmp_path, options, words):

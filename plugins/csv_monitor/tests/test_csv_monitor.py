@@ -16,7 +16,8 @@ from core_monitor import ConfigError, Monitor, RunInfo
 from core_monitor.testing import MonitorContract
 from csv_monitor import CsvMonitor, read_config, read_rows, read_rows_in
 from csv_monitor.deepspeed_files import column, file_name
-from csv_monitor.storage import read_status, run_dir
+from csv_monitor.reader import read_crash
+from csv_monitor.storage import run_dir, status_of
 
 
 class TestCsvLightningContract(MonitorContract):
@@ -25,6 +26,7 @@ class TestCsvLightningContract(MonitorContract):
     backend_class = CsvMonitor
     read_rows = staticmethod(read_rows)
     read_config = staticmethod(read_config)
+    read_crash = staticmethod(read_crash)
 
 
 class TestCsvDeepSpeedContract(MonitorContract):
@@ -33,6 +35,7 @@ class TestCsvDeepSpeedContract(MonitorContract):
     backend_class = CsvMonitor
     read_rows = staticmethod(read_rows)
     read_config = staticmethod(read_config)
+    read_crash = staticmethod(read_crash)
     backend_options = {"layout": "deepspeed"}  # noqa: RUF012 (the kit reads it as given)
 
 
@@ -105,7 +108,7 @@ def test_lightning_layout_matches_the_csv_logger_byte_for_byte(tmp_path):
     assert produced == expected
     assert produced.splitlines()[0] == b"lr,step,train/loss,val/acc"  # csv's \r\n ends
     assert yaml.safe_load((run_dir(monitor.run) / "hparams.yaml").read_text()) == hparams
-    assert read_status(run_dir(monitor.run)) == "finished"
+    assert status_of(run_dir(monitor.run)).read() == "finished"
 
 
 def _deepspeed_files(events: list[tuple[str, float, int]], folder: Path) -> None:
@@ -160,7 +163,7 @@ def test_run_dir_puts_the_files_in_that_folder_exactly(tmp_path):
     assert read_rows_in(folder) == [("a/b", 3, 1.5), ("a/b", 4, 2.5)]
     ranked = CsvMonitor(RunInfo(project="p", name="n", rank=1), run_dir=folder)
     ranked.monitor_close()
-    assert read_status(folder / "rank1") == "finished"
+    assert status_of(folder / "rank1").read() == "finished"
     with pytest.raises(ConfigError, match="run_dir"):
         Monitor(["csv"], project="p", name="n", dispatch="sync", csv={"run_dir": ""})
 
@@ -246,7 +249,7 @@ def test_a_crash_is_marked_in_the_status_file_after_the_rows(tmp_path):
     backend.monitor_crash("the training process (pid 1) ended without closing the monitor")
     backend.monitor_close()
     folder = run_dir(RunInfo(project="p", name="c", log_dir=tmp_path))
-    assert read_status(folder) == ("crashed: the training process (pid 1) ended without "
+    assert status_of(folder).read() == ("crashed: the training process (pid 1) ended without "
                                    "closing the monitor")
     assert read_rows(RunInfo(project="p", name="c", log_dir=tmp_path)) == [("loss", 3, 0.5)]
 

@@ -12,7 +12,9 @@ import pytest
 
 from core_monitor import Monitor
 from core_monitor.testing import MonitorContract
-from dvclive_monitor import DvcliveMonitor, read_config, read_rows, run_dir, status_of
+from dvclive_monitor import DvcliveMonitor, read_config, read_rows, run_dir
+from dvclive_monitor.reader import read_crash
+from dvclive_monitor.storage import status_of
 
 
 class TestDvcliveContract(MonitorContract):
@@ -21,6 +23,7 @@ class TestDvcliveContract(MonitorContract):
     backend_class = DvcliveMonitor
     read_rows = staticmethod(read_rows)
     read_config = staticmethod(read_config)
+    read_crash = staticmethod(read_crash)
 
 
 def test_the_entry_points_name_the_backend_and_its_reader():
@@ -78,7 +81,7 @@ def test_files_are_dvclives_own_for_the_same_calls(tmp_path, monkeypatch):
     want = [(tag, step, value) for metrics, step in CALLS for tag, value in metrics.items()]
     assert sorted(map(repr, rows)) == sorted(map(repr, want))  # repr: nan equals nan
     assert read_config(monitor.run) == {**CONFIG, **LATE}
-    assert status_of(monitor.run) == "finished"
+    assert status_of(run_dir(monitor.run)).read() == "finished"
 
 
 def test_nothing_is_written_outside_the_run_folder_in_a_git_repository(tmp_path, monkeypatch):

@@ -30,6 +30,7 @@ from tensorboard_monitor import (
     read_rows,
     run_dir,
 )
+from tensorboard_monitor.reader import read_crash
 
 
 def raw_events(folder: Path) -> list:
@@ -63,6 +64,7 @@ class TestTensorBoardContract(MonitorContract):
     read_rows = staticmethod(read_rows)
     read_config = staticmethod(read_config)
     read_media = staticmethod(read_media)
+    read_crash = staticmethod(read_crash)
 
 
 @pytest.fixture

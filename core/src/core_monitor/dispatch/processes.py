@@ -77,7 +77,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib.metadata
 import logging
 import mmap
 import os
@@ -94,9 +93,8 @@ import time
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from .. import hookspecs
-from ..compat import packages_distributions
 from ..errors import WriterDied
+from ..plugins import installed_plugins, packages_distributions
 from ..run import RunInfo
 from . import wire
 from .channel import FULL, GONE, ROOM, BackendSpec, Channel
@@ -715,8 +713,8 @@ def writable(fds: list[int]) -> Any:
 def _installed_packages() -> frozenset[str]:
     """Top-level packages of installed distributions, and of the modules their backend entry
     points name (an editable install's package is found that way)."""
-    named = {ep.value.split(":")[0].split(".")[0]
-             for ep in importlib.metadata.entry_points(group=hookspecs.PROJECT_NAME)}
+    named = {plugin.target.split(":")[0].split(".")[0]
+             for claims in installed_plugins().values() for plugin in claims if plugin.target}
     return frozenset(packages_distributions()) | named
 
 

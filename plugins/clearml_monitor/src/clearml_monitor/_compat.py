@@ -30,8 +30,6 @@ import importlib
 import inspect
 import sys
 
-from core_monitor.compat import require_sdk
-
 #: The ClearML versions this plugin is tested with (``nox -s lowest`` runs the lowest, ``nox -s
 #: newest`` the newest on the index). The install requirement names only the lowest; outside
 #: this range the core warns once, and ``problems()`` decides whether the plugin runs.
@@ -61,10 +59,6 @@ UPDATE_CHECK = ("clearml.utilities.check_updates", "CheckPackageUpdates",
                 "_package_version_checked")
 #: The private attribute ``use_report_thread`` sets.
 REPORT_SUBPROCESS = "_report_subprocess_enabled"
-
-# The SDK is imported only when a backend is built, but must be there for the plugin to load.
-require_sdk("clearml", "clearml-monitor")
-
 
 def problems() -> list[str]:
     """Import ClearML; what it lacks of what this plugin uses (``[]``: nothing)."""

@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from core_monitor import Capabilities, ConfigError, Event, RunInfo, hookimpl
 from core_monitor.media import Histogram, Image, MediaItem, Text
+from core_monitor.options import NonBlank
+from core_monitor.output import hidden
 from core_monitor.run import training_pid
 
 from . import _compat
@@ -140,27 +142,15 @@ class ClearmlMonitor:
         tested_sdk=_compat.TESTED,  # outside this range the core warns once
     )
 
-    @classmethod
-    def check_options(cls, options: Mapping[str, Any]) -> None:
-        """Refuse blank tags (the core refuses ``tags="a"``, a ``str``, from the annotation).
-
-        Raises:
-            ConfigError: naming the option, the value and the fix.
-        """
-        tags = options.get("tags")
-        if tags is not None and any(not isinstance(t, str) or not t.strip() for t in tags):
-            raise ConfigError(f"clearml: option tags={list(tags)!r} holds a blank or non-str "
-                              "tag; give non-empty strings, e.g. tags=['baseline']")
-
-    @classmethod
-    def check_sdk(cls) -> list[str]:
+    @staticmethod
+    def check_sdk() -> list[str]:
         """What the installed ClearML lacks of what this plugin uses (run by the core, in a
         writer process before the backend is built: it imports ClearML, so the inherited
         task variables go first)."""
         _leave_inherited_task()
         return _compat.problems()
 
-    def __init__(self, run: RunInfo, *, tags: Sequence[str] | None = None,
+    def __init__(self, run: RunInfo, *, tags: Sequence[NonBlank] | None = None,
                  offline: bool = True, quiet: bool = True) -> None:
         _leave_inherited_task()
         from clearml import Logger, Task
@@ -194,7 +184,6 @@ class ClearmlMonitor:
             self._task.get_offline_mode_folder()  # resolved (and kept) under this cache dir
         self._logger: Any = self._task.get_logger()
         self._set_config(dict(run.config))
-        self._closed = False
 
     @hookimpl
     def monitor_write(self, events: Sequence[Event]) -> None:
@@ -272,11 +261,7 @@ class ClearmlMonitor:
     def monitor_close(self) -> None:
         """Close the task (offline: the session's ``.zip`` is written beside its folder) and put
         back ``CLEARML_PROC_MASTER_ID`` and ``TRAINS_PROC_MASTER_ID`` as they were before
-        ``Task.init``. A second call does
-        nothing."""
-        if self._closed:
-            return
-        self._closed = True
+        ``Task.init``."""
         with self._silenced():
             self._task.close()
         for name, before in self._master_before.items():
@@ -287,9 +272,7 @@ class ClearmlMonitor:
 
     def _silenced(self) -> contextlib.AbstractContextManager[Any]:
         """``sys.stdout`` to nowhere inside the block when ``quiet``."""
-        if not self._quiet:
-            return contextlib.nullcontext()
-        return contextlib.redirect_stdout(io.StringIO())
+        return hidden(self._quiet, stdout=True)
 
 
 def _png(image: Image) -> io.BytesIO:

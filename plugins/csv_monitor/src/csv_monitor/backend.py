@@ -15,7 +15,7 @@ from core_monitor.resume import NoRunToResume
 
 from . import deepspeed_files, lightning_table, remote
 from .reader import layout_of, read_config_in, read_rows_in
-from .storage import read_status, run_dir, write_status
+from .storage import run_dir, status_of
 
 if TYPE_CHECKING:
     from core_monitor.hookspecs import Backend
@@ -103,7 +103,7 @@ class CsvMonitor:
         if not self.resumed and layout == "lightning":
             _check_layout(self._folder, layout)
             _replace_earlier(self._folder)
-        elif not self.resumed and read_status(self._folder) is not None:
+        elif not self.resumed and status_of(self._folder).read() is not None:
             raise ConfigError(f"csv: a run is already in {str(self._folder)!r} (resume="
                               f"{run.resume!r}); pass resume='allow' to append to it, or give "
                               "another run name (DeepSpeed's csv_monitor would mix the rows "
@@ -118,7 +118,7 @@ class CsvMonitor:
         if self.resumed:
             self._config = {**read_config_in(self._folder), **self._config}
         self._write_config()
-        write_status(self._folder, "running")
+        status_of(self._folder).running()
 
     def _start_remote(self, run: RunInfo, url: str) -> None:
         """The run in the remote folder ``url`` (plus ``rank<rank>`` above rank 0), Lightning
@@ -179,16 +179,13 @@ class CsvMonitor:
     @hookimpl
     def monitor_crash(self, reason: str) -> None:
         """Mark the run ``crashed: <reason>`` in its ``status`` file (rows are flushed)."""
-        self._write_status(f"crashed: {reason}")
+        self._write_status(f"crashed: {' '.join(reason.split())}")
         self._crashed = True  # close keeps the mark
 
     @hookimpl
     def monitor_close(self) -> None:
         """Write what is buffered, close the files, mark the run ``finished`` (unless it
-        crashed). A second call does nothing."""
-        if self._closed:
-            return
-        self._closed = True
+        crashed)."""
         if self._table is not None:
             self._table.save()
         elif self._files is not None:
@@ -200,7 +197,7 @@ class CsvMonitor:
         if self._remote is not None:
             self._remote.write_status(text)
         else:
-            write_status(self._folder, text)
+            status_of(self._folder).write(text)
 
     def _write_config(self) -> None:
         if self._remote is not None:
@@ -259,7 +256,7 @@ def _earlier(folder: Path, layout: str) -> tuple[bool, int | None]:
         ConfigError: the folder holds the other layout's table.
     """
     _check_layout(folder, layout)
-    if read_status(folder) is None and not (
+    if status_of(folder).read() is None and not (
             layout == "lightning" and (folder / lightning_table.METRICS).is_file()):
         return False, None
 

@@ -13,9 +13,9 @@ from typing import Any
 from core_monitor import RunInfo
 
 from . import deepspeed_files, lightning_table, remote
-from .storage import run_dir
+from .storage import run_dir, status_of
 
-__all__ = ["read_config", "read_config_in", "read_rows", "read_rows_in"]
+__all__ = ["read_config", "read_config_in", "read_crash", "read_rows", "read_rows_in"]
 
 
 def read_rows(run: RunInfo) -> list[tuple[str, int, float]]:
@@ -114,3 +114,9 @@ def _json_or_str(text: str) -> Any:
         return json.loads(text)
     except ValueError:
         return text
+
+
+def read_crash(run: RunInfo) -> str | None:
+    """Why the run ended by a crash (its ``status`` file's ``crashed: <reason>``); ``None``
+    when it did not (running, finished, or no run). Argument as for ``read_rows``."""
+    return status_of(run_dir(run)).crash()

@@ -12,10 +12,10 @@ from core_monitor.resume import NoRunToResume
 
 from . import _compat
 from .reader import last_step
-from .storage import holds_run, metric_name, read_status, run_dir, write_status
+from .storage import holds_run, metric_name, run_dir, status_of
 
 if TYPE_CHECKING:
-    from core_monitor.hookspecs import Backend
+    pass
 
 
 class DvcliveMonitor:
@@ -71,15 +71,8 @@ class DvcliveMonitor:
         tested_sdk=_compat.TESTED,
     )
 
-    @classmethod
-    def check_sdk(cls) -> list[str]:
-        """What this DVCLive lacks of the internals the plugin uses (``_compat.problems``);
-        run by the core before the backend is first constructed and by ``monitors list
-        --check``.
-
-        Raises:
-            ImportError: DVCLive is not installed.
-        """
+    @staticmethod
+    def check_sdk() -> list[str]:  # the core runs it (core_monitor.sdk): what the SDK lacks
         return _compat.problems()
 
     def __init__(self, run: RunInfo) -> None:
@@ -101,9 +94,9 @@ class DvcliveMonitor:
                                         save_dvc_exp=False, dvcyaml=None, monitor_system=False)
         if run.config:
             self._live.log_params(dict(run.config))
-        write_status(self._folder, "running")
+        self._status = status_of(self._folder)
+        self._status.running()
         self._conflicts: set[str] = set()
-        self._closed = self._crashed = False
 
     @hookimpl
     def monitor_write(self, events: Sequence[Event]) -> None:
@@ -132,21 +125,16 @@ class DvcliveMonitor:
     @hookimpl
     def monitor_crash(self, reason: str) -> None:
         """Mark the run ``crashed: <reason>`` in its ``status`` file."""
-        write_status(self._folder, f"crashed: {reason}")
-        self._crashed = True  # close keeps the mark
+        self._status.crashed(reason)  # close keeps the mark
 
     @hookimpl
     def monitor_close(self) -> None:
         """Write ``metrics.json`` and mark the run ``finished`` (unless it crashed), as
         ``Live.end()`` would write it with ``save_dvc_exp=False`` and ``dvcyaml=None``
         (``end()`` itself also looks for DVC's signal files around the current folder).
-        A second call does nothing."""
-        if self._closed:
-            return
-        self._closed = True
+       """
         self._live.make_summary()
-        if not self._crashed:
-            write_status(self._folder, "finished")
+        self._status.finished()
 
     def _report_conflict(self, tag: str) -> None:
         if tag in self._conflicts:
@@ -157,12 +145,3 @@ class DvcliveMonitor:
                       "prefix of it (e.g. 'a' and 'a/b'); rename one to keep both in the summary",
                       RuntimeWarning, stacklevel=2)
 
-
-def status_of(run: RunInfo) -> str | None:
-    """The status line of ``run`` (``running``, ``finished``, ``crashed: <reason>``), or
-    ``None`` when it has none."""
-    return read_status(run_dir(run))
-
-
-if TYPE_CHECKING:  # a type checker proves the class has the shape core-monitor expects
-    _shape: type[Backend] = DvcliveMonitor

@@ -129,14 +129,8 @@ class TensorBoardMonitor:
         """
         _check_options(options)
 
-    @classmethod
-    def check_sdk(cls) -> list[str]:
-        """Import TensorBoard; what it lacks of what the plugin uses (``[]``: nothing). The
-        core reports a problem as a ``BackendLoadError`` naming ``tested_sdk``.
-
-        Raises:
-            ImportError: TensorBoard is not installed.
-        """
+    @staticmethod
+    def check_sdk() -> list[str]:  # the core runs it (core_monitor.sdk): what the SDK lacks
         return _compat.problems()
 
     def __init__(
