@@ -14,6 +14,7 @@ import dataclasses
 import os
 import threading
 import time
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
@@ -29,9 +30,11 @@ from .dispatch import (
     new_dispatch,
 )
 from .distributed import Reducer
-from .errors import ConfigError
+from ._stack import caller_level
+from .errors import BackendWarning, ConfigError
 from .events import MAX_STEP, Batch, Event, check_events, check_step, metric_rows, rows_by_step
 from .hyperparameters import sanitize_config
+from .journal import Journal, journal_folder
 from .media import MediaItem, media_taker
 from .resume import check_classes, check_resume, collect, raise_missing
 from .run import RunInfo, default_run_name, detect_rank
@@ -94,6 +97,15 @@ class Monitor:
             and log_dir in every backend when it exists, else start it) or ``"must"``
             (continue it; ``NoRunToResume`` naming each backend without it, nothing logged).
             See ``core_monitor.resume``.
+        journal: keep every accepted call in the run's journal on disk before ``log()``
+            returns (default ``True``): each backend's cursor tells what its tracker confirmed,
+            and ``monitors sync <journal folder>`` delivers the rest (``core_monitor.journal``,
+            docs/operations/journal.md). ``False``: no journal.
+        journal_dir: the folder holding the journals (e.g. a node-local disk); ``None``:
+            ``<log_dir>/.journal`` (``./.journal`` without a ``log_dir``). The run's journal is
+            ``<journal_dir>/<project>/<name>[/rank-<k>]``.
+        keep_journal: never delete a journal segment (by default one goes once every
+            backend's cursor passed it).
         **backend_options: one mapping per backend name, its keyword options, e.g.
             ``wandb={"mode": "offline"}``; an installed backend's are ignored when unselected.
 
@@ -136,6 +148,9 @@ class Monitor:
         on_full: str = "block",
         resume: str = "never",
         wait: bool = False,
+        journal: bool = True,
+        journal_dir: str | os.PathLike[str] | None = None,
+        keep_journal: bool = False,
         **backend_options: Mapping[str, Any],
     ) -> None:
         backends = check_keywords(backends, project, name, strict, rank_zero_only)
@@ -175,6 +190,14 @@ class Monitor:
         self._tags: set[str] = set()
         self._next_step = 0
         self._reducer = Reducer()  # log(reduce=...): the ranks' agreed tags
+        for key, flag in (("journal", journal), ("keep_journal", keep_journal)):
+            if not isinstance(flag, bool):
+                raise ConfigError(f"{key}={flag!r} must be True or False")
+        if journal_dir is not None and not isinstance(journal_dir, (str, os.PathLike)):
+            raise ConfigError(f"journal_dir={journal_dir!r} must be a folder (str or Path), "
+                              "e.g. journal_dir='/local/scratch/journals', or None for "
+                              "<log_dir>/.journal")
+        self._journal = (journal, journal_dir, keep_journal)
         self.last_steps: dict[str, int | None] = {}
         self._start(backends, backend_options, rank == 0 or not rank_zero_only)
         shutdown.register(self)
@@ -198,6 +221,7 @@ class Monitor:
         if not write:
             return
         check_classes(self.run, classes)  # resume="must": every backend can resume
+        self._open_journal()
         specs = [BackendSpec(name, cls, dict(backend_options.get(name) or {}),
                              installed=not isinstance(found[name], type))
                  for name, cls in classes.items()]
@@ -214,6 +238,38 @@ class Monitor:
         # What each backend found of an earlier run (core_monitor.resume).
         self.run, self.last_steps, self._next_step = collect(self.run, {
             name: facts["state"] for name, facts in self._dispatch.facts.items()})
+
+    def _open_journal(self) -> None:
+        """Open the run's journal (``core_monitor.journal``) for the fan-out; with ``resume``
+        other than ``"never"``, first deliver what an earlier attempt's journal holds past
+        each backend's cursor (``core_monitor.syncing``), so that it lands before the new
+        calls. A journal that cannot be made is warned about once; the run goes on."""
+        wanted, root, keep = self._journal
+        if not wanted:
+            return
+        folder = journal_folder(self.run, root)
+        if self.run.resume != "never" and folder.is_dir():
+            from .syncing import SyncError, leftovers, sync_journal
+
+            if leftovers(folder):
+                try:
+                    report = sync_journal(folder)
+                except SyncError as error:
+                    warnings.warn(f"resume={self.run.resume!r}: the leftovers of an earlier "
+                                  f"attempt were not delivered: {error}", BackendWarning,
+                                  stacklevel=caller_level())
+                else:
+                    for name, why in report.failed.items():
+                        warnings.warn(f"resume={self.run.resume!r}: backend {name!r} did not "
+                                      f"take an earlier attempt's leftovers ({why}); they stay "
+                                      f"in the journal: monitors sync {folder}",
+                                      BackendWarning, stacklevel=caller_level())
+        try:
+            self._dispatch.journal = Journal(folder, keep=keep)
+        except OSError as error:
+            warnings.warn(f"the run's journal cannot be made in {folder} ({error}); the run "
+                          "goes on without one (pass journal_dir= a writable folder)",
+                          BackendWarning, stacklevel=caller_level())
 
     @classmethod
     def from_config(

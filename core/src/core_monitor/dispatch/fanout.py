@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shlex
 import time
 import warnings
 from collections import deque
@@ -43,6 +44,7 @@ from queue import SimpleQueue
 from typing import Any, ClassVar
 
 from .. import shutdown
+from ..journal import Journal, journal_left
 from ..errors import BackendWarning, ConfigError, FlushTimeout
 from ..events import Batch
 from ..media import MediaRoutes
@@ -138,6 +140,10 @@ class FanOut:
         self._live: list[WriterChannel] = []  # the writer channels still sent to
         self._fds: list[int] = []  # their data pipes
         self._writable = writable([])  # which of ``_fds`` have room for a frame (a list)
+        #: The run's journal (``core_monitor.journal``), set by the ``Monitor`` before
+        #: ``start``; ``None``: no journal.
+        self.journal: Journal | None = None
+        self._append: Callable[[bytes], int] | None = None  # the journal's append, or None
 
     @property
     def names(self) -> list[str]:
@@ -174,6 +180,36 @@ class FanOut:
 
     # Start -------------------------------------------------------------------------------
 
+    def _start_journal(self, specs: Sequence[BackendSpec], run: RunInfo) -> None:
+        """Append the journal's ``START`` record (the backends, their options, the run); a
+        journal that cannot be written is given up with one warning (the run goes on)."""
+        assert self.journal is not None
+        listed = []
+        for spec in specs:
+            options = dict(spec.options)
+            try:
+                wire.encode_parts(options)
+            except Exception:  # options that do not pickle: ``monitors sync --to-option``
+                options = {}
+            listed.append((spec.name, spec.cls.__module__, spec.cls.__qualname__, options))
+        try:
+            self.journal.start(run, listed)
+        except OSError as error:
+            self._journal_failed(error)
+            return
+        self._append = self.journal.append
+
+    def _journal_failed(self, error: OSError) -> None:
+        """The journal cannot be written (a full or read-only disk): warn once, go on without."""
+        journal, self.journal, self._append = self.journal, None, None
+        where = journal.folder if journal is not None else "?"
+        warnings.warn(f"the run's journal in {where} cannot be written ({error}); the "
+                      "backends still get every call, but what they have not confirmed is "
+                      "no longer kept on disk (no `monitors sync` for this run)",
+                      BackendWarning, stacklevel=4)
+        if journal is not None:
+            journal.forget()
+
     def placement(self, spec: BackendSpec, run: RunInfo) -> str:
         """The kind of channel ``spec`` gets: ``MODE_KINDS[mode]``, except a thread for a
         backend a writer process may not import by module path (or whose options do not
@@ -202,10 +238,15 @@ class FanOut:
         """
         kinds = {spec.name: self.placement(spec, run) for spec in specs}
         in_process = [spec for spec in specs if kinds[spec.name] == "process"]
+        where = None
+        if self.journal is not None:
+            self._start_journal(specs, run)
+            if self.journal is not None:
+                where = (str(self.journal.folder), self.journal.next_seq)
         if in_process:
             self._host = WriterHost(self.policy)
             try:
-                self._host.launch(in_process, run, self.capacity)
+                self._host.launch(in_process, run, self.capacity, where)
             except OSError as error:
                 warnings.warn(f"writer processes cannot be started here ({error}); every "
                               "backend runs in a worker thread instead (dispatch='thread')",
@@ -313,28 +354,27 @@ class FanOut:
                 the call).
         """
         self.sent += 1
+        append = self._append
         if self._fds:
             # The thread channels' room is settled first, as the pipes' is; their queues get
             # the call in the same pass as the pipes.
             puts = self._queues_with_room() if self._queues else ()
-            # A batch travels as its rows, plain tuples (pickled in a third of the time of the
-            # Batch object); the writer builds the Batch again (``wire.WRITE_ROWS``).
-            if hook == "monitor_write" and type(kwargs["events"]) is Batch:
-                frame = wire.encode((wire.WRITE_ROWS, kwargs["events"].rows))
-                size = len(frame)
-                parts = [frame]
-            else:
-                parts = wire.encode_parts((hook, kwargs))
-                size = sum(memoryview(part).nbytes for part in parts)
-                frame = b"".join(parts) if size <= PIPE_BUF else b""
+            frame, parts, size = _encode(hook, kwargs, append is not None)
             if size <= PIPE_BUF:
                 live = self._live
-                self._pass(frame, live if len(self._writable(0)) == len(live)
-                           else self._targets(0), puts, (hook, kwargs))
+                targets = live if len(self._writable(0)) == len(live) else self._targets(0)
+                if append is not None:
+                    self._record(append, frame)
+                self._pass(frame, targets, puts, (hook, kwargs))
             else:
-                self._spool(parts, size, puts, (hook, kwargs))
+                self._spool(parts, size, puts, (hook, kwargs), frame)
         elif self._queues:
-            _consume(map(_put, self._queues_with_room(), repeat((hook, kwargs))))
+            queues = self._queues_with_room()
+            if append is not None:
+                self._record(append, _encode(hook, kwargs, True)[0])
+            _consume(map(_put, queues, repeat((hook, kwargs))))
+        elif append is not None:
+            self._record(append, _encode(hook, kwargs, True)[0])
         if self._inline:
             if hook == "monitor_write":  # log()'s hot path: no further call in between
                 failed = self.policy.failed
@@ -347,6 +387,15 @@ class FanOut:
                 self.policy.raise_pending()
             else:
                 self._call_inline(hook, kwargs)
+
+    def _record(self, append: Callable[[bytes], int], frame: bytes) -> None:
+        """Append ``frame`` to the journal, once room for the call is settled (an interrupt
+        while waiting for room leaves no trace of it, in the journal neither): accepted, on
+        disk (the page cache) before ``log()`` returns."""
+        try:
+            append(frame)
+        except OSError as error:
+            self._journal_failed(error)
 
     def _call_inline(self, hook: str, kwargs: dict[str, Any]) -> None:
         """Call ``hook(**kwargs)`` on every in-line backend implementing it, in start order;
@@ -373,6 +422,12 @@ class FanOut:
 
     def _refuse(self, channel: Channel, answer: str) -> None:
         name = channel.name
+        if self.journal is not None and channel.gap is None:
+            # Its cursor never passes the first call it did not get: that call and every
+            # later one stay for ``monitors sync`` (a writer caps its own cursor).
+            channel.gap = self.journal.next_seq
+            if isinstance(channel, WriterChannel):
+                channel.control(("gap", {"seq": channel.gap}))
         if answer == FULL:
             self.dropped[name] = self.dropped.get(name, 0) + 1
             channel.skipped += 1
@@ -462,7 +517,8 @@ class FanOut:
             self._refuse(writer, GONE)
         return got
 
-    def _spool(self, parts: list[Any], size: int, puts: Sequence[Any], item: Any) -> None:
+    def _spool(self, parts: list[Any], size: int, puts: Sequence[Any], item: Any,
+               frame: bytes = b"") -> None:
         """A frame larger than ``PIPE_BUF`` (media, a wide row): written whole into a file of
         the spool folder, hard-linked once per writer that takes it, all before anything is
         announced (an interrupt or a full disk meanwhile removes them: no trace of the call),
@@ -470,6 +526,8 @@ class FanOut:
         lives on the disk, so it outlives a SIGKILL of this process; each writer removes its
         link once read."""
         targets = list(self._targets(size))  # a copy: a writer found gone leaves ``_live``
+        if self._append is not None:
+            self._record(self._append, frame)
         if not targets:
             _consume(map(_put, puts, repeat(item)))
             return
@@ -505,17 +563,45 @@ class FanOut:
             Exception: with ``strict``, a backend's exception.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
+        journal = self.journal
         with lock:
             tickets = [(channel, channel.request_flush()) for channel in self.channels]
+            seq = 0 if journal is None else journal.next_seq
             if self._inline:
                 self._call_inline("monitor_flush", {})
+            if journal is not None:
+                try:
+                    journal.sync()
+                except OSError as error:
+                    self._journal_failed(error)
         late: dict[str, int] = {}
+        confirmed = []
         for channel, ticket in tickets:
             if not channel.wait_flushed(ticket, deadline):
                 late[channel.name] = max(1, channel.pending(self.sent))
+            elif not isinstance(channel, WriterChannel):  # a writer moves its own cursor
+                confirmed.append(channel)
+        self._confirm(confirmed, seq)
         self.policy.deliver()
         if late:
             raise FlushTimeout(late, timeout)
+
+    def _confirm(self, channels: Sequence[Channel], seq: int) -> None:
+        """Move the cursor of each of ``channels`` (flushed or closed in this process) to
+        ``seq``, or to its first call not delivered; a backend that ever raised keeps its
+        cursor (what it confirmed is not known). Then delete the segments every cursor
+        passed."""
+        journal = self.journal
+        if journal is None:
+            return
+        try:
+            for channel in channels:
+                if not self.policy.failures.get(channel.name):
+                    journal.write_cursor(channel.name, seq if channel.gap is None
+                                         else min(seq, channel.gap))
+            journal.collect()
+        except OSError as error:
+            self._journal_failed(error)
 
     def stop(self) -> None:
         """Nothing is sent after this (called under the monitor's lock by ``close``). Every
@@ -557,8 +643,6 @@ class FanOut:
                 self.undelivered[channel.name] = (
                     self.undelivered.get(channel.name, 0) + channel.pending()
                 )
-        self._report_losses(timeout)
-        self.policy.deliver(raising=False)
         backends = [b for b in self.backends if b.name not in stuck]
         # Never called again:
         self._inline, self._inline_writers, self._threads, self._queues = [], [], [], []
@@ -571,18 +655,52 @@ class FanOut:
                     function()
                 except Exception as error:
                     self.policy.failed(backend.name, hook, error)
+        closed = {backend.name for backend in backends}
+        journal = self.journal
+        if journal is not None:
+            self._confirm([c for c in self.channels if c.name in closed
+                           and not isinstance(c, WriterChannel)], journal.next_seq)
+        self._report_losses(timeout)
+        if self.journal is not None:
+            self.journal.close()
+        self.policy.deliver(raising=False)
         self.policy.raise_pending()
 
     def _report_losses(self, timeout: float | None) -> None:
         """Report what never reached each backend (``undelivered``), then what was dropped for
-        it (``dropped``), in the words of its channel's kind."""
+        it (``dropped``), in the words of its channel's kind; with a journal, what each
+        backend's cursor has not passed, once per backend, with the command delivering it."""
         kinds = {channel.name: channel.kind for channel in self.channels}
+        if self.journal is not None:
+            self._report_journal(kinds, timeout)
+            return
         for counts, texts in ((self.undelivered, _LOST), (self.dropped, _DROPPED)):
             by_kind: dict[str, dict[str, int]] = {}
             for name, count in counts.items():
                 by_kind.setdefault(kinds.get(name, "process"), {})[name] = count
             for kind, part in by_kind.items():
                 report_lost(part, texts.get(kind, texts["process"]).format(timeout=timeout))
+
+    def _report_journal(self, kinds: dict[str, str], timeout: float | None) -> None:
+        """One warning per backend whose cursor is short of the journal's end: how many calls
+        it has not confirmed, why (as ``_report_losses`` words it, when known), and the
+        command that delivers them."""
+        journal = self.journal
+        assert journal is not None
+        left = journal_left(journal.folder, list(self.hooks))
+        command = f"monitors sync {shlex.quote(str(journal.folder))}"
+        for name, count in left.items():
+            kind = kinds.get(name, "process")
+            if self.undelivered.get(name):
+                why = _LOST.get(kind, _LOST["process"]).format(timeout=timeout)
+            elif self.dropped.get(name):
+                why = _DROPPED.get(kind, _DROPPED["process"])
+            elif self.policy.failures.get(name):
+                why = "the backend raised, so what it stored is not confirmed"
+            else:
+                why = "its tracker did not confirm them (no flush or close completed after them)"
+            report_lost({name: count}, f"{why}. They are kept in the run's journal; deliver "
+                        f"them with: {command}")
 
     # Fork --------------------------------------------------------------------------------
 
@@ -607,6 +725,9 @@ class FanOut:
     def forget(self) -> None:
         """In a forked child: let go of everything inherited, never writing to it (the pipes
         are closed, the queues emptied, the spool folder left to the parent)."""
+        if self.journal is not None:  # the parent's: never written from here
+            self.journal.forget()
+        self.journal, self._append = None, None
         if self._host is not None:
             self._host.forget()
         for channel in self._threads:
@@ -614,6 +735,19 @@ class FanOut:
         self._queues = [channel.items for channel in self._threads]
         self._live, self._fds = [], []
         self._writable = writable([])
+
+
+def _encode(hook: str, kwargs: dict[str, Any], whole: bool) -> tuple[bytes, list[Any], int]:
+    """``(frame, parts, size)`` of the call: its ``wire`` frame, once (``frame`` is empty for
+    a frame over ``PIPE_BUF`` bytes unless ``whole``: the journal takes it whole). A batch
+    travels as its rows, plain tuples (pickled in a third of the time of the ``Batch``
+    object); the writer builds the ``Batch`` again (``wire.WRITE_ROWS``)."""
+    if hook == "monitor_write" and type(kwargs["events"]) is Batch:
+        frame = wire.encode((wire.WRITE_ROWS, kwargs["events"].rows))
+        return frame, [frame], len(frame)
+    parts = wire.encode_parts((hook, kwargs))
+    size = sum(memoryview(part).nbytes for part in parts)
+    return (b"".join(parts) if size <= PIPE_BUF or whole else b""), parts, size
 
 
 def _unlink(path: str) -> None:

@@ -135,6 +135,8 @@ class WriterChannel(Channel):
         capacity: ``queue_size``: the data pipe holds ``capacity`` KiB (``BYTES_PER_CALL``).
         index: its place among the monitor's writers (the suffix of its spool links).
         spool: the spool folder (``WriterHost.spool``).
+        journal: ``(the run's journal folder, the seq of the first call it gets)``: the
+            writer moves the backend's cursor (``core_monitor.journal``); ``None``: no journal.
 
     Attributes:
         name: the backend's name.
@@ -155,7 +157,7 @@ class WriterChannel(Channel):
     kind: ClassVar[str] = "process"
 
     def __init__(self, spec: BackendSpec, run: RunInfo, capacity: int, index: int,
-                 spool: str) -> None:
+                 spool: str, journal: tuple[str, int] | None = None) -> None:
         super().__init__(spec.name)
         self.full = f"its pipe is full (queue_size={capacity})"
         self.sending = True  # among the fan-out's live writers (the pipe is written to)
@@ -169,7 +171,7 @@ class WriterChannel(Channel):
         self.ending: str | None = None  # why the writer said it ends by itself, if it did
         self.changed = threading.Condition()
         start = wire.encode(("start", spec.cls.__module__, spec.cls.__qualname__, spec.name,
-                             run, dict(spec.options), spool, index))
+                             run, dict(spec.options), spool, index, journal))
         data_read, self.fd = os.pipe()
         control_read, self.control_fd = os.pipe()
         self.reply_fd, reply_write = os.pipe()
@@ -407,8 +409,10 @@ class WriterHost:
         self._selector: selectors.BaseSelector | None = None
         self._reader: threading.Thread | None = None
 
-    def launch(self, specs: Sequence[BackendSpec], run: RunInfo, capacity: int) -> None:
-        """Start every writer of ``specs`` at once, and the thread reading their replies.
+    def launch(self, specs: Sequence[BackendSpec], run: RunInfo, capacity: int,
+               journal: tuple[str, int] | None = None) -> None:
+        """Start every writer of ``specs`` at once, and the thread reading their replies
+        (``journal``: as ``WriterChannel`` takes it).
 
         Raises:
             OSError: a pipe or a process could not be made (the caller stops what started).
@@ -418,7 +422,7 @@ class WriterHost:
         self._selector = selectors.DefaultSelector()
         self.spool = tempfile.mkdtemp(prefix="core_monitor-spool-", dir=_spool_root())
         for index, spec in enumerate(specs):
-            writer = WriterChannel(spec, run, capacity, index, self.spool)
+            writer = WriterChannel(spec, run, capacity, index, self.spool, journal)
             self.writers.append(writer)
             self._selector.register(writer.reply_fd, selectors.EVENT_READ, (writer, "reply"))
             self._selector.register(writer.output_fd, selectors.EVENT_READ, (writer, "output"))
