@@ -195,6 +195,7 @@ class Journal:
         """Append ``CLOSE``, fsync and close the segment; deletes what every cursor passed."""
         if self.fd < 0:
             return
+        self.segment_bytes = 1 << 62  # the last record: no new segment after it
         with contextlib.suppress(OSError):
             self.append_message((CLOSE, {}))
         with contextlib.suppress(OSError):
@@ -357,6 +358,7 @@ def write_cursor(folder: str | os.PathLike[str], name: str, seq: int) -> None:
     path = cursor_path(folder, name)
     if seq <= read_cursor(folder, name):
         return
+    path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{name}.{os.getpid()}.tmp")
     temporary.write_text(f"{seq}\n")
     os.replace(temporary, path)

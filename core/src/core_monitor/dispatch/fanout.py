@@ -668,39 +668,34 @@ class FanOut:
 
     def _report_losses(self, timeout: float | None) -> None:
         """Report what never reached each backend (``undelivered``), then what was dropped for
-        it (``dropped``), in the words of its channel's kind; with a journal, what each
-        backend's cursor has not passed, once per backend, with the command delivering it."""
+        it (``dropped``), in the words of its channel's kind; with a journal, each report
+        also names the calls the backend's cursor has not passed and the command delivering
+        them (``monitors sync``), and a backend behind for another reason (it raised, or its
+        writer was left to finish its start) is logged at INFO with that command."""
         kinds = {channel.name: channel.kind for channel in self.channels}
+        left: dict[str, int] = {}
+        hint = ""
         if self.journal is not None:
-            self._report_journal(kinds, timeout)
-            return
+            left = journal_left(self.journal.folder, list(self.hooks))
+            hint = f"monitors sync {shlex.quote(str(self.journal.folder))}"
+        told = set()
         for counts, texts in ((self.undelivered, _LOST), (self.dropped, _DROPPED)):
             by_kind: dict[str, dict[str, int]] = {}
             for name, count in counts.items():
-                by_kind.setdefault(kinds.get(name, "process"), {})[name] = count
+                if name not in told:
+                    by_kind.setdefault(kinds.get(name, "process"), {})[name] = count
             for kind, part in by_kind.items():
-                report_lost(part, texts.get(kind, texts["process"]).format(timeout=timeout))
-
-    def _report_journal(self, kinds: dict[str, str], timeout: float | None) -> None:
-        """One warning per backend whose cursor is short of the journal's end: how many calls
-        it has not confirmed, why (as ``_report_losses`` words it, when known), and the
-        command that delivers them."""
-        journal = self.journal
-        assert journal is not None
-        left = journal_left(journal.folder, list(self.hooks))
-        command = f"monitors sync {shlex.quote(str(journal.folder))}"
+                why = texts.get(kind, texts["process"]).format(timeout=timeout)
+                for name, count in part.items():
+                    told.add(name)
+                    kept = (f". The {left[name]} call(s) its tracker has not confirmed are "
+                            f"kept in the run's journal; deliver them with: {hint}"
+                            if left.get(name) else "")
+                    report_lost({name: count}, why + kept)
         for name, count in left.items():
-            kind = kinds.get(name, "process")
-            if self.undelivered.get(name):
-                why = _LOST.get(kind, _LOST["process"]).format(timeout=timeout)
-            elif self.dropped.get(name):
-                why = _DROPPED.get(kind, _DROPPED["process"])
-            elif self.policy.failures.get(name):
-                why = "the backend raised, so what it stored is not confirmed"
-            else:
-                why = "its tracker did not confirm them (no flush or close completed after them)"
-            report_lost({name: count}, f"{why}. They are kept in the run's journal; deliver "
-                        f"them with: {command}")
+            if name not in told:
+                logger.info("backend %r: %d call(s) not confirmed by its tracker are kept in "
+                            "the run's journal; deliver them with: %s", name, count, hint)
 
     # Fork --------------------------------------------------------------------------------
 

@@ -1,0 +1,270 @@
+"""The run journal (``core_monitor.journal``): records, torn writes, segments, cursors, and
+``monitors sync`` (``core_monitor.syncing``) against the JSON-lines test backend."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import pytest
+from faulty_monitor import read_steps
+from jsonl_monitor import read_rows
+
+from core_monitor import ConfigWarning, Monitor, RunInfo
+from core_monitor import journal as J
+from core_monitor.cli import main as monitors
+from core_monitor.events import Batch
+
+DISPATCHES = ["process", "thread", "sync"]
+
+
+def frame(step: int) -> bytes:
+    return J.wire.encode((J.wire.WRITE_ROWS, ((step, 0.0, {"a": float(step)}),)))
+
+
+def steps_of(folder) -> list[int]:
+    return [kwargs["events"].rows[0][0] for _, hook, kwargs in J.calls(folder)
+            if hook == "monitor_write"]
+
+
+def test_a_torn_last_record_is_ignored_and_the_next_writer_goes_on(tmp_path):
+    journal = J.Journal(tmp_path)
+    for step in range(3):
+        journal.append(frame(step))
+    record = J.HEADER.pack(len(frame(3)), J.zlib.crc32(frame(3))) + frame(3)
+    os.write(journal.fd, record[:-5])  # SIGKILL inside the write of the fourth record
+    journal.forget()
+    assert steps_of(tmp_path) == [0, 1, 2]
+    assert J.end_seq(tmp_path) == 3
+    again = J.Journal(tmp_path)  # the next attempt: a new segment after the torn one
+    assert again.append(frame(7)) == 3
+    again.close()
+    assert steps_of(tmp_path) == [0, 1, 2, 7]
+
+
+def test_a_record_failing_its_checksum_ends_the_segment(tmp_path):
+    journal = J.Journal(tmp_path)
+    for step in range(3):
+        journal.append(frame(step))
+    journal.forget()
+    path = J.segment_paths(tmp_path)[0]
+    data = bytearray(path.read_bytes())
+    data[-2] ^= 0xFF  # a bit flipped in the last record's payload
+    path.write_bytes(bytes(data))
+    assert steps_of(tmp_path) == [0, 1]
+
+
+def test_segments_roll_and_go_once_every_cursor_passed_them(tmp_path):
+    journal = J.Journal(tmp_path, segment_bytes=200)
+    journal.start(RunInfo(project="p", name="r"), [("a", "m", "C", {}), ("b", "m", "C", {})])
+    for step in range(20):
+        journal.append(frame(step))
+    segments = J.segment_paths(tmp_path)
+    assert len(segments) > 3
+    journal.write_cursor("a", 15)
+    assert journal.collect() == []  # "b" has confirmed nothing
+    journal.write_cursor("b", 10)
+    deleted = journal.collect()
+    assert deleted and all(J._first_seq(nxt) <= 10 for nxt in segments[1:len(deleted) + 1])
+    assert steps_of(tmp_path)[-1] == 19 and J.end_seq(tmp_path) == 21
+    assert all(kwargs["events"].rows[0][0] >= 9 for _, hook, kwargs in J.calls(tmp_path, 10)
+               if hook == "monitor_write")
+
+
+def test_keep_journal_deletes_no_segment(tmp_path):
+    journal = J.Journal(tmp_path, keep=True, segment_bytes=200)
+    journal.start(RunInfo(project="p", name="r"), [("a", "m", "C", {})])
+    for step in range(20):
+        journal.append(frame(step))
+    journal.write_cursor("a", 21)
+    count = len(J.segment_paths(tmp_path))
+    journal.close()
+    assert len(J.segment_paths(tmp_path)) == count + 0
+
+
+def test_a_cursor_never_goes_back(tmp_path):
+    J.write_cursor(tmp_path, "a", 5)
+    J.write_cursor(tmp_path, "a", 3)
+    assert J.read_cursor(tmp_path, "a") == 5
+    assert J.read_cursor(tmp_path, "b") == 0
+
+
+@pytest.mark.parametrize("dispatch", DISPATCHES)
+def test_flush_and_close_move_each_backends_cursor(make, tmp_path, dispatch):
+    monitor = make(log_dir=tmp_path, dispatch=dispatch, wait=True)
+    folder = J.journal_folder(monitor.run)
+    assert folder == tmp_path / ".journal" / "p" / "r"
+    for step in range(5):
+        monitor.log({"a": float(step)}, step=step)
+    assert steps_of(folder) == list(range(5))  # on disk before log() returned
+    monitor.flush()
+    assert J.read_cursor(folder, "jsonl") == 6  # the START record and 5 calls
+    monitor.log({"a": 9.0}, step=9)
+    monitor.close()
+    assert J.read_cursor(folder, "jsonl") == 7
+    assert J.journal_left(folder, ["jsonl"]) == {}
+    assert [s for _, s, _ in read_rows(monitor.run)] == [0, 1, 2, 3, 4, 9]
+
+
+def test_journal_dir_and_rank_place_the_journal(make, tmp_path, monkeypatch):
+    monkeypatch.setenv("RANK", "2")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monitor = make(log_dir=tmp_path / "runs", journal_dir=tmp_path / "local",
+                   rank_zero_only=False, dispatch="sync")
+    monitor.log({"a": 1.0})
+    monitor.close()
+    assert steps_of(tmp_path / "local" / "p" / "r" / "rank-2") == [0]
+
+
+def test_no_journal_when_asked(make, tmp_path):
+    monitor = make(log_dir=tmp_path, journal=False, dispatch="sync")
+    monitor.log({"a": 1.0})
+    monitor.close()
+    assert not (tmp_path / ".journal").exists()
+
+
+def test_a_backend_that_raises_keeps_its_cursor_below_that_call(make, tmp_path):
+    monitor = make(["jsonl", "faulty"], log_dir=tmp_path, dispatch="process", wait=True,
+                   faulty={"raise_at": 2})
+    for step in range(4):
+        monitor.log({"a": float(step)}, step=step)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        monitor.close()
+    folder = J.journal_folder(monitor.run)
+    assert J.read_cursor(folder, "jsonl") == 5
+    assert J.read_cursor(folder, "faulty") == 3  # below the call that raised (seq 3)
+    assert J.journal_left(folder, ["faulty"]) == {"faulty": 2}
+
+
+SLOW = """
+import sys
+from core_monitor import Monitor
+monitor = Monitor(["jsonl", "faulty"], project="p", name="r", log_dir=sys.argv[1],
+                  faulty={"delay": float(sys.argv[2])}, wait=True)
+for step in range(40):
+    monitor.log({"a": float(step)}, step=step)
+monitor.flush(timeout=60) if sys.argv[3] == "flush" else None
+print("logged", flush=True)
+monitor.close(timeout=float(sys.argv[4]))
+"""
+
+
+def test_close_timeout_names_the_backend_the_count_and_the_sync_command(tmp_path):
+    result = subprocess.run([sys.executable, "-c", SLOW, str(tmp_path), "0.2", "no", "0.5"],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    folder = tmp_path / ".journal" / "p" / "r"
+    lines = [line for line in result.stderr.splitlines() if "monitors sync" in line]
+    assert len({line for line in lines if "BackendWarning" in line}) == 1, result.stderr
+    assert "'faulty'" in lines[0] and f"monitors sync {folder}" in lines[0]
+    assert "'jsonl'" not in result.stderr
+    left = J.journal_left(folder, ["faulty", "jsonl"])
+    assert list(left) == ["faulty"] and 0 < left["faulty"] <= 40
+    assert monitors(["sync", str(folder), "--quiet"]) == 0
+    run = RunInfo(project="p", name="r", log_dir=tmp_path)
+    stored = read_steps(run)
+    assert set(stored) == set(range(40))  # every call, at least once
+    assert J.journal_left(folder, ["faulty", "jsonl"]) == {}
+    assert monitors(["sync", str(folder), "--quiet"]) == 0  # idempotent: nothing more
+    assert read_steps(run) == stored
+
+
+KILLED = """
+import json, os, signal, sys
+from core_monitor import Monitor
+monitor = Monitor(["jsonl"], project="p", name="r", log_dir=sys.argv[1], wait=True,
+                  dispatch=sys.argv[2])
+for step in range(100):
+    monitor.log({"a": float(step)}, step=step)
+    if step == 49:
+        monitor.flush()
+print("logged", flush=True)
+os.killpg(0, signal.SIGKILL)  # the job: the trainer and its writers at once
+"""
+
+
+@pytest.mark.parametrize("dispatch", ["process", "thread"])
+def test_sync_after_the_whole_job_is_killed_delivers_every_returned_call(tmp_path, dispatch):
+    result = subprocess.run([sys.executable, "-c", KILLED, str(tmp_path), dispatch],
+                            capture_output=True, text=True, timeout=300,
+                            start_new_session=True)
+    assert result.returncode == -signal.SIGKILL and "logged" in result.stdout
+    folder = tmp_path / ".journal" / "p" / "r"
+    assert J.read_cursor(folder, "jsonl") >= 51  # START + 50 calls confirmed by the flush
+    assert monitors(["sync", str(folder), "--quiet"]) == 0
+    run = RunInfo(project="p", name="r", log_dir=tmp_path)
+    steps = [step for _, step, _ in read_rows(run)]
+    assert set(steps) == set(range(100))
+    assert all(steps.count(step) == 1 for step in range(50))  # confirmed: never again
+    assert J.journal_left(folder, ["jsonl"]) == {}
+    assert monitors(["sync", str(folder), "--quiet"]) == 0
+    assert [step for _, step, _ in read_rows(run)] == steps
+
+
+def test_sync_to_another_backend_has_its_own_cursor(make, tmp_path, capsys):
+    monitor = make(log_dir=tmp_path, dispatch="sync", config={"lr": 0.1})
+    for step in range(3):
+        monitor.log({"a": float(step)}, step=step)
+    monitor.log_config({"extra": 1})
+    monitor.close()
+    folder = J.journal_folder(monitor.run)
+    other = tmp_path / "other"
+    assert monitors(["sync", str(folder), "--to", "faulty", "--quiet"]) == 0
+    assert json.loads  # the journal's RunInfo is the run's: same project and name
+    run = RunInfo(project="p", name="r", log_dir=tmp_path)
+    assert read_steps(run) == [0, 1, 2]
+    assert J.read_cursor(folder, "faulty") == J.end_seq(folder) - 1 or J.journal_left(
+        folder, ["faulty"]) == {}
+    assert monitors(["sync", str(folder), "--to", "faulty", "--quiet"]) == 0
+    assert read_steps(run) == [0, 1, 2]
+    assert not other.exists()
+
+
+def test_resume_allow_delivers_the_leftovers_first(tmp_path):
+    script = textwrap.dedent("""
+        import os, signal, sys
+        from core_monitor import Monitor
+        monitor = Monitor(["jsonl"], project="p", name="r", log_dir=sys.argv[1],
+                          dispatch="thread")
+        for step in range(10):
+            monitor.log({"a": float(step)}, step=step)
+        os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    subprocess.run([sys.executable, "-c", script, str(tmp_path)], timeout=300)
+    folder = tmp_path / ".journal" / "p" / "r"
+    assert J.journal_left(folder, ["jsonl"])
+    run = RunInfo(project="p", name="r", log_dir=tmp_path)
+    before = [step for _, step, _ in read_rows(run)]
+    with pytest.warns(ConfigWarning, match="cannot continue"), Monitor(
+            ["jsonl"], project="p", name="r", log_dir=tmp_path, resume="allow",
+            dispatch="sync") as monitor:
+        monitor.log({"a": 10.0}, step=10)
+    steps = [step for _, step, _ in read_rows(run)]
+    assert set(steps) == set(range(11)) and steps[-1] == 10
+    assert len(steps) == 11 + len(before)  # at least once for what was unconfirmed
+    assert J.journal_left(folder, ["jsonl"]) == {}
+
+
+def test_sync_refuses_a_live_run_and_a_folder_without_journal(make, tmp_path, capsys):
+    monitor = make(log_dir=tmp_path, dispatch="sync")
+    monitor.log({"a": 1.0})
+    folder = J.journal_folder(monitor.run)
+    assert monitors(["sync", str(folder), "--quiet"]) == 2
+    assert "still running" in capsys.readouterr().err
+    monitor.close()
+    assert monitors(["sync", str(tmp_path), "--quiet"]) == 2
+    assert "holds no run journal" in capsys.readouterr().err
+
+
+def test_a_batch_record_reads_back_as_the_batch_logged(tmp_path):
+    journal = J.Journal(tmp_path)
+    batch = Batch(((3, 1.5, {"x": 1.0, "y": float("nan")}),))
+    journal.append(J.wire.encode((J.wire.WRITE_ROWS, batch.rows)))
+    (_, hook, kwargs), = J.calls(tmp_path)
+    assert hook == "monitor_write" and kwargs["events"].rows[0][2]["x"] == 1.0
