@@ -45,6 +45,7 @@ JOBS: list[tuple[str, tuple[str, ...]]] = [
     ("B6", BACKENDS),
     ("B7", ("tensorboard",)),
     ("P3", (*BACKENDS, "mlflow")),
+    ("P3-journal", (*BACKENDS, "mlflow")),
     ("P-startup", (*BACKENDS, "mlflow")),
     ("P-sustained", (*BACKENDS, "mlflow")),
     ("P7", (*BACKENDS, "mlflow")),
@@ -70,7 +71,7 @@ PACKAGES = ("core-monitor", "trackio-monitor", "tensorboard-monitor", "wandb-mon
 #: Jobs whose module's ``run(quick, root)`` is the whole job, imported only when it runs.
 MODULE_JOBS = {"B1-mlflow": "b1_mlflow", "B6": "b6_scale", "B7": "b7_media",
                "P-start": "p_start", "P-close": "p_close", "P7-sustained": "p7_sustained",
-               "P-large": "p_large", "P-host": "p_host"}
+               "P-large": "p_large", "P-host": "p_host", "P3-journal": "p_journal"}
 
 
 def worker(job: str, quick: bool, root: Path) -> dict[str, Any]:

@@ -245,8 +245,10 @@ class Monitor:
         each backend's cursor (``core_monitor.syncing``), so that it lands before the new
         calls. A journal that cannot be made is warned about once; the run goes on."""
         wanted, root, keep = self._journal
-        if not wanted:
-            return
+        log_dir = self.run.log_dir
+        if not wanted or (root is None and log_dir is not None and log_dir.exists()
+                          and not log_dir.is_dir()):
+            return  # a log_dir that is a file: every local backend's start reports it
         folder = journal_folder(self.run, root)
         if self.run.resume != "never" and folder.is_dir():
             from .syncing import SyncError, leftovers, sync_journal
