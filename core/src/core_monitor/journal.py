@@ -42,6 +42,7 @@ import time
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -233,7 +234,7 @@ def collect(folder: str | os.PathLike[str], names: Iterable[str],
     done = min(read_cursor(folder, name) for name in names)
     deleted = []
     segments = segment_paths(folder)
-    for path, following in zip(segments, segments[1:], strict=False):
+    for path, following in pairwise(segments):
         if path == current or _first_seq(following) > done:
             break
         with contextlib.suppress(OSError):

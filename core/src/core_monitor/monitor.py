@@ -21,6 +21,7 @@ from types import MappingProxyType
 from typing import Any, TypeVar
 
 from . import discovery, shutdown
+from ._stack import caller_level
 from .compat import Plugin, check_installed
 from .dispatch import (
     DEFAULT_QUEUE_SIZE,
@@ -30,7 +31,6 @@ from .dispatch import (
     new_dispatch,
 )
 from .distributed import Reducer
-from ._stack import caller_level
 from .errors import BackendWarning, ConfigError
 from .events import MAX_STEP, Batch, Event, check_events, check_step, metric_rows, rows_by_step
 from .hyperparameters import sanitize_config

@@ -44,9 +44,9 @@ from queue import SimpleQueue
 from typing import Any, ClassVar
 
 from .. import shutdown
-from ..journal import Journal, journal_left
 from ..errors import BackendWarning, ConfigError, FlushTimeout
 from ..events import Batch
+from ..journal import Journal, journal_left
 from ..media import MediaRoutes
 from ..resume import NoRunToResume, backend_state
 from ..run import RunInfo
