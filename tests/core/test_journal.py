@@ -9,13 +9,14 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 import warnings
 
 import pytest
 from faulty_monitor import read_steps
 from jsonl_monitor import read_rows
 
-from core_monitor import ConfigWarning, Monitor, RunInfo
+from core_monitor import BackendWarning, ConfigWarning, Monitor, RunInfo
 from core_monitor import journal as J
 from core_monitor.cli import main as monitors
 from core_monitor.events import Batch
@@ -268,3 +269,32 @@ def test_a_batch_record_reads_back_as_the_batch_logged(tmp_path):
     journal.append(J.wire.encode((J.wire.WRITE_ROWS, batch.rows)))
     (_, hook, kwargs), = J.calls(tmp_path)
     assert hook == "monitor_write" and kwargs["events"].rows[0][2]["x"] == 1.0
+
+
+def test_a_killed_writer_starts_again_at_its_cursor_and_loses_nothing(make, tmp_path):
+    monitor = make(log_dir=tmp_path, dispatch="process", wait=True)
+    for step in range(50):
+        monitor.log({"a": float(step)}, step=step)
+    monitor.flush()
+    first = monitor._dispatch.writers[0].process
+    for step in range(50, 80):
+        monitor.log({"a": float(step)}, step=step)
+    os.kill(first.pid, signal.SIGKILL)  # the writer alone (an OOM kill, a segfault)
+    first.wait(timeout=60)
+    deadline = time.monotonic() + 60
+    while not monitor._dispatch._host.died and time.monotonic() < deadline:
+        time.sleep(0.05)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        for step in range(80, 100):
+            monitor.log({"a": float(step)}, step=step)
+        monitor.close()
+    assert monitor._dispatch.writers[0].process.pid != first.pid
+    assert [str(w.message).split(":")[0] for w in seen
+            if issubclass(w.category, BackendWarning)] == ["backend 'jsonl' failed in its "
+                                                           "writer process"]  # once
+    steps = [step for _, step, _ in read_rows(monitor.run)]
+    assert set(steps) == set(range(100))
+    assert all(steps.count(step) == 1 for step in range(50))  # confirmed before the kill
+    assert monitor._dispatch.restarts == {"jsonl": 1}
+    assert J.journal_left(J.journal_folder(monitor.run), ["jsonl"]) == {}

@@ -46,7 +46,7 @@ from typing import Any, ClassVar
 from .. import shutdown
 from ..errors import BackendWarning, ConfigError, FlushTimeout
 from ..events import Batch
-from ..journal import Journal, journal_left
+from ..journal import Journal, journal_left, read_cursor
 from ..media import MediaRoutes
 from ..resume import NoRunToResume, backend_state
 from ..run import RunInfo
@@ -81,6 +81,9 @@ _LOST = {"process": ("not written when close(timeout={timeout}) gave up or its w
          "thread": "still queued when close(timeout={timeout}) gave up; the backend is not closed"}
 _DROPPED = {"process": "dropped, its buffer was full (on_full='drop')",
             "thread": "dropped, its queue was full (on_full='drop')"}
+
+#: Times a backend's writer process is started again after dying, per monitor.
+MAX_RESTARTS = 3
 
 _put = SimpleQueue.put
 _write = os.write
@@ -129,6 +132,8 @@ class FanOut:
         self.undelivered: dict[str, int] = {}
         self.sent = 0
         self.wait = False
+        #: Backend name -> how many times its writer process was started again.
+        self.restarts: dict[str, int] = {}
         self._told: set[tuple[str, str]] = set()  # (backend, optional hook) warned about
         self._manager = new_manager()
         self._host: WriterHost | None = None  # what the writer channels share
@@ -354,6 +359,8 @@ class FanOut:
                 the call).
         """
         self.sent += 1
+        if self._host is not None and self._host.died:
+            self._restart_writers()
         append = self._append
         if self._fds:
             # The thread channels' room is settled first, as the pipes' is; their queues get
@@ -387,6 +394,39 @@ class FanOut:
                 self.policy.raise_pending()
             else:
                 self._call_inline(hook, kwargs)
+
+    def _restart_writers(self) -> None:
+        """Start again, at its backend's cursor, each writer whose process died (an SDK's
+        segfault, an OOM kill), at most ``MAX_RESTARTS`` times per backend: the new writer
+        first reads the journal from the cursor up to the calls its pipe brings. Needs the
+        journal (without one the backend stays stopped, as before). The death is reported
+        once (``WriterDied``, by the reply thread); each restart is logged. Called on the
+        caller's thread under the monitor's lock, before a call is handed over."""
+        host, journal = self._host, self.journal
+        assert host is not None
+        host.died = False
+        if journal is None:
+            return
+        for writer in list(host.writers):
+            count = self.restarts.get(writer.name, 0)
+            if not writer.dead or writer.stopping or count >= MAX_RESTARTS:
+                continue
+            cursor = read_cursor(journal.folder, writer.name)
+            try:
+                new = host.relaunch(writer, (str(journal.folder), journal.next_seq, cursor))
+            except OSError as error:
+                logger.error("backend %r: its writer process could not be started again: %s",
+                             writer.name, error)
+                continue
+            self.restarts[writer.name] = count + 1
+            self.channels[self.channels.index(writer)] = new
+            self._unlist(writer)
+            self._live.append(new)
+            self._fds = [w.fd for w in self._live]
+            self._writable = writable(self._fds)
+            logger.warning("backend %r: its writer process died (%s); started again at its "
+                           "cursor (restart %d of %d)", writer.name,
+                           writer.exit_description(), count + 1, MAX_RESTARTS)
 
     def _record(self, append: Callable[[bytes], int], frame: bytes) -> None:
         """Append ``frame`` to the journal, once room for the call is settled (an interrupt
@@ -565,6 +605,8 @@ class FanOut:
         deadline = None if timeout is None else time.monotonic() + timeout
         journal = self.journal
         with lock:
+            if self._host is not None and self._host.died:
+                self._restart_writers()
             tickets = [(channel, channel.request_flush()) for channel in self.channels]
             seq = 0 if journal is None else journal.next_seq
             if self._inline:

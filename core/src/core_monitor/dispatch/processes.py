@@ -159,6 +159,7 @@ class WriterChannel(Channel):
     def __init__(self, spec: BackendSpec, run: RunInfo, capacity: int, index: int,
                  spool: str, journal: tuple[str, int] | None = None) -> None:
         super().__init__(spec.name)
+        self.spec, self.run, self.capacity = spec, run, capacity  # to start it again
         self.full = f"its pipe is full (queue_size={capacity})"
         self.sending = True  # among the fan-out's live writers (the pipe is written to)
         self.marker = 0  # the last flush marker sent
@@ -405,6 +406,8 @@ class WriterHost:
         self.writers: list[WriterChannel] = []
         self.spool: str | None = None
         self.waited = True
+        #: A writer died since the fan-out last looked (set by the reply thread).
+        self.died = False
         self._spools = 0  # spool files written (their names)
         self._selector: selectors.BaseSelector | None = None
         self._reader: threading.Thread | None = None
@@ -430,6 +433,27 @@ class WriterHost:
                                         name="core_monitor:replies")
         self._reader.start()
 
+    def relaunch(self, dead: WriterChannel, journal: tuple[str, int, int]) -> WriterChannel:
+        """Start a writer again in place of ``dead`` (its process ended), for the same backend,
+        run and spool links; ``journal``: ``(folder, the seq of the first call its pipe gets,
+        the seq it first reads from the journal: its backend's cursor)``. Its replies are
+        read by the reply thread (started again when it had ended).
+
+        Raises:
+            OSError: a pipe or the process could not be made.
+        """
+        assert self.spool is not None and self._selector is not None
+        writer = WriterChannel(dead.spec, dead.run, dead.capacity, dead.index, self.spool,
+                               journal)
+        self.writers[self.writers.index(dead)] = writer
+        self._selector.register(writer.reply_fd, selectors.EVENT_READ, (writer, "reply"))
+        self._selector.register(writer.output_fd, selectors.EVENT_READ, (writer, "output"))
+        if self._reader is None or not self._reader.is_alive():
+            self._reader = threading.Thread(target=self._read_replies, daemon=True,
+                                            name="core_monitor:replies")
+            self._reader.start()
+        return writer
+
     def spool_name(self) -> str:
         """The name of the next spool file."""
         self._spools += 1
@@ -442,7 +466,7 @@ class WriterHost:
         on to this process's ``sys.stderr``), until every writer ended."""
         selector = self._selector
         assert selector is not None
-        frames = {writer.reply_fd: wire.Frames() for writer in self.writers}
+        frames: dict[int, wire.Frames] = {}
         while selector.get_map():
             for key, _ in selector.select():
                 writer, kind = key.data
@@ -459,7 +483,7 @@ class WriterHost:
                 if kind == "output":
                     _pass_on(chunk)
                     continue
-                frames[key.fd].feed(chunk)
+                frames.setdefault(key.fd, wire.Frames()).feed(chunk)
                 for message in frames[key.fd]:
                     self._on_reply(writer, message)
 
@@ -501,6 +525,8 @@ class WriterHost:
         with writer.changed:
             writer.dead = not writer.stopping and writer.ready is True
             writer.changed.notify_all()
+        if writer.dead:
+            self.died = True  # the fan-out may start it again (``relaunch``)
         if not self.waited and not writer.stopping and writer.ready is None:
             error = WriterDied("WriterDied", f"backend {writer.name!r}: its writer process "
                                f"ended while starting ({writer.exit_description()})")

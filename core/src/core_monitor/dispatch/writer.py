@@ -63,7 +63,7 @@ from collections import deque
 from typing import Any
 
 from ..events import Batch
-from ..journal import write_cursor
+from ..journal import CLOSE, START, calls, write_cursor
 from ..media import MediaRoutes
 from ..resume import backend_state
 from . import wire
@@ -300,8 +300,10 @@ class Writer:
         if message is None:
             return False
         _, module, qualname, name, run, options, self.spool, self.index, journal = message
+        since = None
         if journal is not None:
-            self.journal, self.base = journal
+            self.journal, self.base, *replay = journal
+            since = replay[0] if replay else None
         try:
             cls: Any = importlib.import_module(module)
             for part in qualname.split("."):
@@ -313,7 +315,19 @@ class Writer:
             return False
         self.backend = backend
         self.reply("ready", {"state": backend_state(backend.instance)})
+        if since is not None and since < self.base:
+            self.replay(since)
         return True
+
+    def replay(self, since: int) -> None:
+        """A writer started again after its predecessor died: hand the backend the journal's
+        calls from its cursor ``since`` up to the first call its pipe brings (``base``)."""
+        assert self.journal is not None
+        for seq, hook, kwargs in calls(self.journal, since):
+            if seq >= self.base:
+                break
+            if hook not in (START, CLOSE) and not self.call(hook, kwargs):
+                self.capped(seq)
 
     # The main loop ------------------------------------------------------------------------
 
