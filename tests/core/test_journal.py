@@ -71,7 +71,7 @@ def test_segments_roll_and_go_once_every_cursor_passed_them(tmp_path):
     assert journal.collect() == []  # "b" has confirmed nothing
     journal.write_cursor("b", 10)
     deleted = journal.collect()
-    assert deleted and all(J._first_seq(nxt) <= 10 for nxt in segments[1:len(deleted) + 1])
+    assert deleted and all(J.first_seq(nxt) <= 10 for nxt in segments[1:len(deleted) + 1])
     assert steps_of(tmp_path)[-1] == 19 and J.end_seq(tmp_path) == 21
     assert all(kwargs["events"].rows[0][0] >= 9 for _, hook, kwargs in J.calls(tmp_path, 10)
                if hook == "monitor_write")

@@ -235,7 +235,7 @@ def collect(folder: str | os.PathLike[str], names: Iterable[str],
     deleted = []
     segments = segment_paths(folder)
     for path, following in pairwise(segments):
-        if path == current or _first_seq(following) > done:
+        if path == current or first_seq(following) > done:
             break
         with contextlib.suppress(OSError):
             path.unlink()
@@ -254,7 +254,8 @@ def segment_paths(folder: str | os.PathLike[str]) -> list[Path]:
         return []
 
 
-def _first_seq(path: Path) -> int:
+def first_seq(path: Path) -> int:
+    """The seq of a segment's first record (its name)."""
     return int(path.name.removesuffix(SUFFIX))
 
 
@@ -264,9 +265,9 @@ def records(folder: str | os.PathLike[str], since: int = 0) -> Iterator[tuple[in
     segment, whose name tells its first seq."""
     segments = segment_paths(folder)
     for path, following in zip(segments, [*segments[1:], None], strict=False):
-        if following is not None and _first_seq(following) <= since:
+        if following is not None and first_seq(following) <= since:
             continue
-        seq = _first_seq(path)
+        seq = first_seq(path)
         try:
             data = path.read_bytes()
         except OSError:
@@ -322,7 +323,7 @@ def end_seq(folder: str | os.PathLike[str]) -> int:
     segments = segment_paths(folder)
     if not segments:
         return 0
-    last = _first_seq(segments[-1])
+    last = first_seq(segments[-1])
     for seq, _ in records(folder, last):
         last = seq + 1
     return last
@@ -332,7 +333,7 @@ def closed(folder: str | os.PathLike[str]) -> bool:
     """Whether the journal's last record is a ``CLOSE`` (its last monitor closed)."""
     segments = segment_paths(folder)
     last = b""
-    for _, frame in records(folder, _first_seq(segments[-1]) if segments else 0):
+    for _, frame in records(folder, first_seq(segments[-1]) if segments else 0):
         last = frame
     return bool(last) and decode(last)[0] == CLOSE
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +31,8 @@ from .dispatch.backends import Backend, new_manager, start_backend
 from .errors import ConfigError
 from .journal import CLOSE, START
 from .media import MediaRoutes
+from .readers import load_reader
+from .run import RunInfo
 
 #: Calls delivered between two flushes (each moves the cursor).
 SYNC_FLUSH_CALLS = 1000
@@ -43,9 +46,11 @@ class SyncError(Exception):
 
 @dataclass
 class SyncReport:
-    """What ``sync_journal`` delivered: backend name -> calls, and the failures."""
+    """What ``sync_journal`` delivered: backend name -> calls handed over, calls found already
+    stored (``already_stored``: not handed over again), and the failures."""
 
     delivered: dict[str, int] = field(default_factory=dict)
+    skipped: dict[str, int] = field(default_factory=dict)
     failed: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -115,14 +120,16 @@ def sync_journal(folder: str | os.PathLike[str], *, to: Iterable[str] = (),
     names = list(to) or list(specs)
     report = SyncReport()
     for name in names:
-        delivered, error = _sync_one(folder, name, specs.get(name), last,
-                                     dict((options or {}).get(name) or {}), follow, progress)
-        report.delivered[name] = delivered
+        delivered, skipped, error = _sync_one(folder, name, specs.get(name), last,
+                                              dict((options or {}).get(name) or {}), follow,
+                                              progress)
+        report.delivered[name], report.skipped[name] = delivered, skipped
         if error is not None:
             report.failed[name] = error
             say(f"{name}: failed after {delivered} call(s): {error}")
         else:
-            say(f"{name}: {delivered} call(s) delivered")
+            say(f"{name}: {delivered} call(s) delivered"
+                + (f", {skipped} found already stored" if skipped else ""))
     if not list(to) and not any(start.keep for start in found):
         journal.collect(folder, specs)
     return report
@@ -149,30 +156,32 @@ def _backend_class(name: str, spec: tuple[str, str, dict[str, Any]] | None) -> t
 
 def _sync_one(folder: Path, name: str, spec: tuple[str, str, dict[str, Any]] | None,
               last: journal.Start, options: dict[str, Any], follow: bool,
-              progress: bool) -> tuple[int, str | None]:
-    """Deliver to backend ``name`` from its cursor; ``(calls delivered, failure or None)``."""
+              progress: bool) -> tuple[int, int, str | None]:
+    """Deliver to backend ``name`` from its cursor; ``(calls delivered, calls found already
+    stored, failure or None)``."""
     cursor = journal.read_cursor(folder, name)
     if not follow and not journal.journal_left(folder, [name]):
-        return 0, None
+        return 0, 0, None
     try:
         cls = _backend_class(name, spec)
     except ConfigError:
         raise
     except Exception as error:
-        return 0, f"{type(error).__name__}: {error}"
+        return 0, 0, f"{type(error).__name__}: {error}"
     run = dataclasses.replace(last.run, resume="allow", resumed=False, last_step=None)
     recorded = dict(spec[2]) if spec is not None else {}
+    skip = already_stored(folder, name, run, {**recorded, **options}, cursor)
     try:
         backend = start_backend(new_manager(), name, cls, run, {**recorded, **options})
     except Exception as error:
-        return 0, f"it did not start: {type(error).__name__}: {error}"
+        return 0, 0, f"it did not start: {type(error).__name__}: {error}"
     MediaRoutes().add(name, getattr(cls, "media_kinds", ()), backend.hooks)
     bar = _bar(name, journal.journal_left(folder, [name]).get(name, 0)) if progress else None
     delivered = 0
     since = cursor
     try:
         while True:
-            position, count, ended = _deliver(folder, backend, since, bar)
+            position, count, ended = _deliver(folder, backend, since, bar, skip)
             delivered += count
             since = position
             if not follow or ended:
@@ -181,16 +190,18 @@ def _sync_one(folder: Path, name: str, spec: tuple[str, str, dict[str, Any]] | N
         _call(backend, "monitor_flush")
         _call(backend, "monitor_close")
     except Exception as error:
-        return delivered, f"{type(error).__name__}: {error}"
+        return delivered - len(skip), len(skip), f"{type(error).__name__}: {error}"
     finally:
         if bar is not None:
             bar.close()
     journal.write_cursor(folder, name, since)
-    return delivered, None
+    return delivered - len(skip), len(skip), None
 
 
-def _deliver(folder: Path, backend: Backend, since: int, bar: Any) -> tuple[int, int, bool]:
-    """Hand ``backend`` every call from ``since``, flushing and moving its cursor every
+def _deliver(folder: Path, backend: Backend, since: int, bar: Any,
+             skip: set[int]) -> tuple[int, int, bool]:
+    """Hand ``backend`` every call from ``since`` but those of ``skip`` (already stored),
+    flushing and moving its cursor every
     ``SYNC_FLUSH_CALLS``; ``(the seq after the last record read, calls, the journal's last
     record is a CLOSE)``.
 
@@ -204,7 +215,7 @@ def _deliver(folder: Path, backend: Backend, since: int, bar: Any) -> tuple[int,
         if hook in (START, CLOSE):
             continue
         function = backend.hooks.get(hook)
-        if function is not None:
+        if function is not None and seq not in skip:
             function(**kwargs)
         count += 1
         unflushed += 1
@@ -215,6 +226,61 @@ def _deliver(folder: Path, backend: Backend, since: int, bar: Any) -> tuple[int,
             journal.write_cursor(folder, backend.name, position)
             unflushed = 0
     return position, count, ended
+
+
+def already_stored(folder: Path, name: str, run: RunInfo, options: Mapping[str, Any],
+                   cursor: int) -> set[int]:
+    """The seqs of the calls past ``cursor`` that backend ``name`` already stored: the
+    window between its last confirmed flush and the end of the writer that stored them (the
+    job was killed before the next flush). Read with the backend's reader
+    (``core_monitor.readers``): the ``(tag, step)`` points it holds, less those of the calls
+    before the cursor, are matched to the calls of the window in order; the first call not
+    wholly stored ends the match (a writer stores its calls in order). Only scalar calls
+    (``monitor_write``) are matched; the others in that stretch are delivered again (a config
+    update is idempotent; media: at least once).
+
+    Empty (everything past the cursor is delivered: at least once) when the backend has no
+    reader, its reader fails, or the journal no longer holds its first segment (the points
+    before the cursor cannot be counted then).
+    """
+    segments = journal.segment_paths(folder)
+    if not segments or journal.first_seq(segments[0]) != 0:
+        return set()
+    window: list[tuple[int, Counter[tuple[str, int]] | None]] = []
+    for seq, hook, kwargs in journal.calls(folder, cursor):
+        if hook == "monitor_write":
+            window.append((seq, _points(kwargs)))
+        elif hook not in (START, CLOSE):
+            window.append((seq, None))
+    wanted = {key for _, points in window if points for key in points}
+    if not wanted:
+        return set()
+    try:
+        reader = load_reader(name)
+        rows = reader.read_rows(run, **reader.options_for(reader.read_rows, options))
+    except Exception:
+        return set()
+    stored: Counter[tuple[str, int]] = Counter(
+        (tag, step) for tag, step, _ in rows if (tag, step) in wanted)
+    for seq, hook, kwargs in journal.calls(folder):
+        if seq >= cursor:
+            break
+        if hook == "monitor_write":
+            stored.subtract(key for key in _points(kwargs).elements() if key in wanted)
+    skip = set()
+    for seq, points in window:
+        if points is None:
+            continue
+        if any(stored[key] < count for key, count in points.items()):
+            break
+        stored.subtract(points)
+        skip.add(seq)
+    return skip
+
+
+def _points(kwargs: Mapping[str, Any]) -> Counter[tuple[str, int]]:
+    """The ``(tag, step)`` points of a ``monitor_write`` call."""
+    return Counter((tag, step) for step, _, values in kwargs["events"].rows for tag in values)
 
 
 def _call(backend: Backend, hook: str) -> None:
