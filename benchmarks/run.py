@@ -59,7 +59,7 @@ JOB_TIMEOUT = 300
 #: Jobs that need longer (seconds, full run): P7 starts a monitor per arm and repetition;
 #: P-start a fresh interpreter per arm; P7-sustained trains 20,000 steps per arm.
 #: (P-start took 621 s and P-close 327 s in --quick on 2 cores at load 10.)
-LONG_JOBS = {"P7": 1800, "P-start": 3600, "P-close": 1500, "P7-sustained": 3600}
+LONG_JOBS = {"P3-journal": 1800, "P7": 1800, "P-start": 3600, "P-close": 1500, "P7-sustained": 3600}
 PACKAGES = ("core-monitor", "trackio-monitor", "tensorboard-monitor", "wandb-monitor",
             "trackio", "tensorboard", "wandb", "tensorboardX", "pluggy", "protobuf",
             "mlflow-monitor", "mlflow", "google-crc32c", "torch")

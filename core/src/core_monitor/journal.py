@@ -120,6 +120,13 @@ class Journal:
         self.folder = Path(folder)
         self.keep = keep
         self.segment_bytes = segment_bytes
+        #: The outermost folder this journal made (``None``: its folder existed), which
+        #: ``discard`` removes.
+        self.made: Path | None = None
+        for parent in (self.folder, *self.folder.parents):
+            if parent.exists():
+                break
+            self.made = parent
         (self.folder / CURSORS).mkdir(parents=True, exist_ok=True)
         self.names: set[str] = {name for start in starts(self.folder)
                                 for name, *_ in start.backends}
@@ -204,6 +211,15 @@ class Journal:
         os.close(self.fd)
         self.fd = -1
         self.collect()
+
+    def discard(self) -> None:
+        """Close without a ``CLOSE`` record and remove the folders this journal made (a
+        monitor that wrote nothing: ``resume="must"`` found no run)."""
+        self.forget()
+        if self.made is not None:
+            import shutil
+
+            shutil.rmtree(self.made, ignore_errors=True)
 
     def forget(self) -> None:
         """In a forked child: close the inherited descriptor, writing nothing."""

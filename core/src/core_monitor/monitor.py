@@ -229,7 +229,10 @@ class Monitor:
             self._dispatch.start(specs, self.run)
             if self._dispatch.missing:  # resume="must": no backend writes, one error for all
                 self._dispatch.stop()
+                journal, self._dispatch.journal = self._dispatch.journal, None
                 self._dispatch.close(None)
+                if journal is not None:
+                    journal.discard()
                 raise_missing(self.run, self._dispatch.missing)
         except BaseException:  # a ConfigError, or any start failure with strict=True
             self._closed = True
