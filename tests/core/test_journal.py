@@ -16,7 +16,7 @@ import pytest
 from faulty_monitor import read_steps
 from jsonl_monitor import read_rows
 
-from core_monitor import BackendWarning, ConfigWarning, Monitor, RunInfo
+from core_monitor import BackendWarning, ConfigError, ConfigWarning, Monitor, RunInfo
 from core_monitor import journal as J
 from core_monitor.cli import main as monitors
 from core_monitor.events import Batch
@@ -298,3 +298,28 @@ def test_a_killed_writer_starts_again_at_its_cursor_and_loses_nothing(make, tmp_
     assert all(steps.count(step) == 1 for step in range(50))  # confirmed before the kill
     assert monitor._dispatch.restarts == {"jsonl": 1}
     assert J.journal_left(J.journal_folder(monitor.run), ["jsonl"]) == {}
+
+
+@pytest.mark.parametrize("dispatch", ["process", "thread"])
+def test_a_backend_past_its_budget_is_detached_and_sync_delivers_the_rest(make, tmp_path,
+                                                                          dispatch):
+    monitor = make(["jsonl", "faulty"], log_dir=tmp_path, dispatch=dispatch, wait=True,
+                   budget={"faulty": 1024}, faulty={"delay": 0.05})
+    with pytest.warns(BackendWarning, match="'faulty' is behind by its whole budget"):
+        for step in range(300):
+            monitor.log({"a": float(step)}, step=step)
+    assert list(monitor.detached) == ["faulty"]
+    with pytest.warns(BackendWarning, match=r"'faulty': .*monitors sync"):
+        monitor.close()
+    assert [s for _, s, _ in read_rows(monitor.run)] == list(range(300))  # the others go on
+    got = read_steps(monitor.run)
+    assert got == list(range(len(got))) and len(got) < 300
+    folder = J.journal_folder(monitor.run)
+    assert J.read_cursor(folder, "faulty") == monitor.detached["faulty"]
+    assert monitors(["sync", str(folder), "--quiet"]) == 0
+    assert read_steps(monitor.run) == list(range(300))  # exactly once
+
+
+def test_budget_is_checked(make, tmp_path):
+    with pytest.raises(ConfigError, match="budget"):
+        make(log_dir=tmp_path, budget=10)

@@ -50,6 +50,27 @@ _Self = TypeVar("_Self", bound="Monitor")
 KNOWN_TAGS = 4096
 
 
+def check_budget(budget: Any) -> dict[str | None, int]:
+    """``Monitor(budget=...)`` as ``FanOut.budgets``: backend name (``None``: every other
+    one) -> bytes.
+
+    Raises:
+        ConfigError: neither ``None``, an ``int`` >= 1024 nor a mapping of names to such ints.
+    """
+    if budget is None:
+        return {}
+    items = budget.items() if isinstance(budget, Mapping) else [("*", budget)]
+    out: dict[str | None, int] = {}
+    for name, size in items:
+        if (not isinstance(name, str) or isinstance(size, bool) or not isinstance(size, int)
+                or size < 1024):
+            raise ConfigError(f"budget={budget!r}: each budget is an int of bytes >= 1024 "
+                              "(one for every backend, or {backend name: bytes}, '*' for the "
+                              "others), e.g. budget={'mlflow': 64 << 20}")
+        out[None if name == "*" else name] = size
+    return out
+
+
 class Monitor:
     """Log scalars once; every selected backend stores them at the caller's step.
 
@@ -77,10 +98,12 @@ class Monitor:
             (alias ``"background"``): each backend on a worker thread of this process (for
             code that uses the SDK's own objects beside the monitor, e.g. ``wandb.watch``).
             ``"sync"``: on the caller's thread before ``log()`` returns.
-        queue_size: calls each backend's buffer holds, 10,000 by default: the queue of a
+        queue_size: (deprecated: ``budget``) calls each backend's buffer holds, 10,000 by
+            default: the queue of a
             worker thread (about 10 MB at 10 scalars per call), or a writer's pipe of
             ``queue_size`` KiB (at most the system's largest pipe, 1 MiB on Linux).
-        on_full: a full buffer makes ``log()`` wait (``"block"``, nothing lost) or drop that
+        on_full: (deprecated: ``budget``) a full buffer makes ``log()`` wait (``"block"``,
+            nothing lost) or drop that
             call for that backend only (``"drop"``: counted in ``dropped``, warned once).
         wait: with writer processes, ``False`` (default) returns at once, the writers
             starting behind it: calls logged meanwhile wait in their pipes (never dropped,
@@ -106,6 +129,14 @@ class Monitor:
             ``<journal_dir>/<project>/<name>[/rank-<k>]``.
         keep_journal: never delete a journal segment (by default one goes once every
             backend's cursor passed it).
+        budget: bytes of calls a backend may hold unwritten (its buffer), one ``int`` for
+            every backend or ``{name: bytes}`` (the key ``"*"``: every backend not named).
+            With the journal, a backend whose budget is spent is never waited for: it is sent
+            nothing more in this run (``detached``, one ``BackendWarning``), its cursor stays
+            at what it confirmed, the other backends go on, and ``monitors sync`` delivers the
+            rest after the run. It replaces ``queue_size``/``on_full`` (deprecated: one size
+            and one policy for every backend) for the backends it names; without a journal
+            those apply.
         **backend_options: one mapping per backend name, its keyword options, e.g.
             ``wandb={"mode": "offline"}``; an installed backend's are ignored when unselected.
 
@@ -151,6 +182,7 @@ class Monitor:
         journal: bool = True,
         journal_dir: str | os.PathLike[str] | None = None,
         keep_journal: bool = False,
+        budget: int | Mapping[str, int] | None = None,
         **backend_options: Mapping[str, Any],
     ) -> None:
         backends = check_keywords(backends, project, name, strict, rank_zero_only)
@@ -198,6 +230,10 @@ class Monitor:
                               "e.g. journal_dir='/local/scratch/journals', or None for "
                               "<log_dir>/.journal")
         self._journal = (journal, journal_dir, keep_journal)
+        self._dispatch.budgets = check_budget(budget)
+        #: Backend name -> the journal seq of the first call it was not sent: its budget was
+        #: spent (``budget``); ``monitors sync`` delivers the rest.
+        self.detached: dict[str, int] = self._dispatch.detached
         self.last_steps: dict[str, int | None] = {}
         self._start(backends, backend_options, rank == 0 or not rank_zero_only)
         shutdown.register(self)

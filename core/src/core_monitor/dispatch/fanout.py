@@ -55,6 +55,7 @@ from .backends import Backend, hook_names, new_manager, start_backend
 from .channel import FULL, GONE, ROOM, BackendSpec, Channel
 from .policy import Policy
 from .processes import (
+    BYTES_PER_CALL,
     PIPE_BUF,
     STARTUP_SECONDS,
     WriterChannel,
@@ -79,6 +80,7 @@ MODE_KINDS = {"process": "process", "thread": "thread", "background": "thread",
 _LOST = {"process": ("not written when close(timeout={timeout}) gave up or its writer process "
                      "had ended; the backend is not closed"),
          "thread": "still queued when close(timeout={timeout}) gave up; the backend is not closed"}
+_DETACHED = {"process": "not sent once its budget was spent (it fell too far behind)"}
 _DROPPED = {"process": "dropped, its buffer was full (on_full='drop')",
             "thread": "dropped, its queue was full (on_full='drop')"}
 
@@ -134,6 +136,12 @@ class FanOut:
         self.wait = False
         #: Backend name -> how many times its writer process was started again.
         self.restarts: dict[str, int] = {}
+        #: Backend name -> its budget in bytes (``Monitor(budget=...)``); ``None`` key: the
+        #: budget of every backend not named.
+        self.budgets: dict[str | None, int] = {}
+        #: Backend name -> the journal seq of the first call it was not sent, once its budget
+        #: was spent (it is left to ``monitors sync``).
+        self.detached: dict[str, int] = {}
         self._told: set[tuple[str, str]] = set()  # (backend, optional hook) warned about
         self._manager = new_manager()
         self._host: WriterHost | None = None  # what the writer channels share
@@ -145,6 +153,7 @@ class FanOut:
         self._live: list[WriterChannel] = []  # the writer channels still sent to
         self._fds: list[int] = []  # their data pipes
         self._writable = writable([])  # which of ``_fds`` have room for a frame (a list)
+        self._least = capacity  # the smallest thread queue's capacity (``_take``)
         #: The run's journal (``core_monitor.journal``), set by the ``Monitor`` before
         #: ``start``; ``None``: no journal.
         self.journal: Journal | None = None
@@ -243,6 +252,7 @@ class FanOut:
         """
         kinds = {spec.name: self.placement(spec, run) for spec in specs}
         in_process = [spec for spec in specs if kinds[spec.name] == "process"]
+        capacity = {spec.name: self.capacity_of(spec.name) for spec in specs}
         where = None
         if self.journal is not None:
             self._start_journal(specs, run)
@@ -251,7 +261,7 @@ class FanOut:
         if in_process:
             self._host = WriterHost(self.policy)
             try:
-                self._host.launch(in_process, run, self.capacity, where)
+                self._host.launch(in_process, run, capacity, where)
             except OSError as error:
                 warnings.warn(f"writer processes cannot be started here ({error}); every "
                               "backend runs in a worker thread instead (dispatch='thread')",
@@ -274,7 +284,8 @@ class FanOut:
                     self._start_failed(spec.name, error)
                     continue
                 started[spec.name] = (InlineChannel(backend) if kind == "inline" else
-                                      ThreadChannel(backend, self.policy, self.capacity))
+                                      ThreadChannel(backend, self.policy,
+                                                    capacity[spec.name]))
         except BaseException:
             self._take([started[spec.name] for spec in specs if spec.name in started])
             self.stop()
@@ -325,6 +336,8 @@ class FanOut:
                                 if "monitor_write" in c.hooks]
         self._threads = [c for c in channels if isinstance(c, ThreadChannel)]
         self._queues = [c.items for c in self._threads]
+        #: The smallest thread queue's capacity: below it, no queue needs a look.
+        self._least = min((c.capacity for c in self._threads), default=self.capacity)
         self._live = [c for c in channels if isinstance(c, WriterChannel) and c.sending]
         self._fds = [writer.fd for writer in self._live]
         self._writable = writable(self._fds)
@@ -450,15 +463,48 @@ class FanOut:
                     failed(channel.name, hook, error)
         self.policy.raise_pending()
 
+    def capacity_of(self, name: str) -> int:
+        """The calls backend ``name``'s buffer holds: its budget (``budgets``) in KiB-sized
+        calls (``processes.BYTES_PER_CALL``), else ``capacity`` (``queue_size``)."""
+        budget = self.budgets.get(name, self.budgets.get(None))
+        return self.capacity if budget is None else max(1, budget // BYTES_PER_CALL)
+
     def _admit(self, channel: Channel, size: int) -> bool:
         """Whether ``channel`` takes the call (``Channel.make_room``); one it refuses is
         counted: dropped for a full buffer (warned once per backend), undelivered for a thread
-        or process that is gone (a writer is then no longer sent to)."""
-        answer = channel.make_room(size, self.on_full)
+        or process that is gone (a writer is then no longer sent to). A backend with a budget
+        and a journal whose buffer is full is detached (``_detach``), never waited for."""
+        budget = self.journal is not None and (channel.name in self.budgets
+                                               or None in self.budgets)
+        answer = channel.make_room(size, "detach" if budget else self.on_full)
         if answer == ROOM:
             return True
-        self._refuse(channel, answer)
+        if budget and answer == FULL:
+            self._detach(channel)
+        else:
+            self._refuse(channel, answer)
         return False
+
+    def _detach(self, channel: Channel) -> None:
+        """``channel``'s budget is spent: it is sent nothing more; its cursor stays below this
+        call (a writer caps its own), so ``monitors sync`` delivers the rest. Warned once."""
+        journal = self.journal
+        assert journal is not None
+        name = channel.name
+        channel.gap = seq = journal.next_seq
+        self.detached[name] = seq
+        if isinstance(channel, WriterChannel):
+            channel.control(("gap", {"seq": seq}))
+            self._unlist(channel)
+        elif isinstance(channel, ThreadChannel):
+            self._queues = [c.items for c in self._threads if c.name not in self.detached]
+        message = (f"backend {name!r} is behind by its whole budget "
+                   f"({self.capacity_of(name) * BYTES_PER_CALL} bytes unwritten): it is sent "
+                   "nothing more in this run and the other backends go on; the run's journal "
+                   "keeps every call, and after the run `monitors sync "
+                   f"{shlex.quote(str(journal.folder))}` delivers what it lacks")
+        logger.warning(message)
+        warnings.warn(message, BackendWarning, stacklevel=5)
 
     def _refuse(self, channel: Channel, answer: str) -> None:
         name = channel.name
@@ -491,9 +537,10 @@ class FanOut:
     def _queues_with_room(self) -> list[SimpleQueue[tuple[str, Any]]]:
         """The thread channels' queues that take one more item now: all of them while none is
         full, else after waiting or dropping for the full ones (``_admit``)."""
-        if max(map(SimpleQueue.qsize, self._queues), default=0) < self.capacity:
+        if max(map(SimpleQueue.qsize, self._queues), default=0) < self._least:
             return self._queues
-        return [channel.items for channel in self._threads if self._admit(channel, 0)]
+        return [channel.items for channel in self._threads
+                if channel.name not in self.detached and self._admit(channel, 0)]
 
     def _targets(self, spool: int) -> list[WriterChannel]:
         """The live writers that take a frame (naming a spool file of ``spool`` bytes) now:
@@ -721,7 +768,9 @@ class FanOut:
             left = journal_left(self.journal.folder, list(self.hooks))
             hint = f"monitors sync {shlex.quote(str(self.journal.folder))}"
         told = set()
-        for counts, texts in ((self.undelivered, _LOST), (self.dropped, _DROPPED)):
+        detached = {name: left.get(name, 0) for name in self.detached}
+        for counts, texts in ((self.undelivered, _LOST), (self.dropped, _DROPPED),
+                              (detached, _DETACHED)):
             by_kind: dict[str, dict[str, int]] = {}
             for name, count in counts.items():
                 if name not in told:

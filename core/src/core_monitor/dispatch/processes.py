@@ -272,9 +272,12 @@ class WriterChannel(Channel):
         ``on_full`` says: ``"block"`` waits while the writer lives; ``"drop"`` waits while it
         is still starting (what is logged behind ``Monitor(wait=False)`` is never dropped),
         then gives a writer not stuck inside a hook ``DROP_GRACE_SECONDS``; ``FULL`` after
-        that, ``GONE`` when the process ended."""
+        that, ``GONE`` when the process ended. ``"detach"`` (a backend with a budget) waits
+        for nothing: ``FULL`` at once."""
         if self.room(size):
             return ROOM
+        if on_full == "detach":
+            return FULL if self.process.poll() is None else GONE
         if on_full == "block":
             if self.wait_room(size, None):
                 return ROOM
@@ -412,10 +415,11 @@ class WriterHost:
         self._selector: selectors.BaseSelector | None = None
         self._reader: threading.Thread | None = None
 
-    def launch(self, specs: Sequence[BackendSpec], run: RunInfo, capacity: int,
-               journal: tuple[str, int] | None = None) -> None:
+    def launch(self, specs: Sequence[BackendSpec], run: RunInfo,
+               capacity: int | dict[str, int], journal: tuple[str, int] | None = None) -> None:
         """Start every writer of ``specs`` at once, and the thread reading their replies
-        (``journal``: as ``WriterChannel`` takes it).
+        (``capacity``: one for all, or per backend name; ``journal``: as ``WriterChannel``
+        takes it).
 
         Raises:
             OSError: a pipe or a process could not be made (the caller stops what started).
@@ -425,7 +429,8 @@ class WriterHost:
         self._selector = selectors.DefaultSelector()
         self.spool = tempfile.mkdtemp(prefix="core_monitor-spool-", dir=_spool_root())
         for index, spec in enumerate(specs):
-            writer = WriterChannel(spec, run, capacity, index, self.spool, journal)
+            writer = WriterChannel(spec, run, capacity if isinstance(capacity, int)
+                                   else capacity[spec.name], index, self.spool, journal)
             self.writers.append(writer)
             self._selector.register(writer.reply_fd, selectors.EVENT_READ, (writer, "reply"))
             self._selector.register(writer.output_fd, selectors.EVENT_READ, (writer, "output"))
