@@ -136,7 +136,9 @@ class WriterChannel(Channel):
         index: its place among the monitor's writers (the suffix of its spool links).
         spool: the spool folder (``WriterHost.spool``).
         journal: ``(the run's journal folder, the seq of the first call it gets)``: the
-            writer moves the backend's cursor (``core_monitor.journal``); ``None``: no journal.
+            writer moves the backend's cursor (``core_monitor.journal``); a third item, a
+            writer started again (``WriterHost.relaunch``): the seq it first reads from the
+            journal; ``None``: no journal.
 
     Attributes:
         name: the backend's name.
@@ -157,7 +159,8 @@ class WriterChannel(Channel):
     kind: ClassVar[str] = "process"
 
     def __init__(self, spec: BackendSpec, run: RunInfo, capacity: int, index: int,
-                 spool: str, journal: tuple[str, int] | None = None) -> None:
+                 spool: str, journal: tuple[str, int] | tuple[str, int, int] | None = None,
+                 ) -> None:
         super().__init__(spec.name)
         self.spec, self.run, self.capacity = spec, run, capacity  # to start it again
         self.full = f"its pipe is full (queue_size={capacity})"
