@@ -323,3 +323,17 @@ def test_a_backend_past_its_budget_is_detached_and_sync_delivers_the_rest(make, 
 def test_budget_is_checked(make, tmp_path):
     with pytest.raises(ConfigError, match="budget"):
         make(log_dir=tmp_path, budget=10)
+
+
+def test_monitors_sync_runs_in_a_fresh_interpreter(make, tmp_path):
+    monitor = make(log_dir=tmp_path, dispatch="sync")
+    monitor.log({"a": 1.0})
+    monitor.close()
+    folder = J.journal_folder(monitor.run)
+    for code in ("from core_monitor import journal", "from core_monitor import syncing"):
+        subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+    result = subprocess.run([sys.executable, "-m", "core_monitor.cli", "sync", str(folder),
+                             "--to", "faulty", "--quiet"], capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "faulty: 1 call(s) delivered" in result.stdout

@@ -43,10 +43,10 @@ from itertools import chain, repeat
 from queue import SimpleQueue
 from typing import Any, ClassVar
 
+from .. import journal as run_journal  # a module: journal imports this package's wire
 from .. import shutdown
 from ..errors import BackendWarning, ConfigError, FlushTimeout
 from ..events import Batch
-from ..journal import Journal, journal_left, read_cursor
 from ..media import MediaRoutes
 from ..resume import NoRunToResume, backend_state
 from ..run import RunInfo
@@ -156,7 +156,7 @@ class FanOut:
         self._least = capacity  # the smallest thread queue's capacity (``_take``)
         #: The run's journal (``core_monitor.journal``), set by the ``Monitor`` before
         #: ``start``; ``None``: no journal.
-        self.journal: Journal | None = None
+        self.journal: run_journal.Journal | None = None
         self._append: Callable[[bytes], int] | None = None  # the journal's append, or None
 
     @property
@@ -424,7 +424,7 @@ class FanOut:
             count = self.restarts.get(writer.name, 0)
             if not writer.dead or writer.stopping or count >= MAX_RESTARTS:
                 continue
-            cursor = read_cursor(journal.folder, writer.name)
+            cursor = run_journal.read_cursor(journal.folder, writer.name)
             try:
                 new = host.relaunch(writer, (str(journal.folder), journal.next_seq, cursor))
             except OSError as error:
@@ -765,7 +765,7 @@ class FanOut:
         left: dict[str, int] = {}
         hint = ""
         if self.journal is not None:
-            left = journal_left(self.journal.folder, list(self.hooks))
+            left = run_journal.journal_left(self.journal.folder, list(self.hooks))
             hint = f"monitors sync {shlex.quote(str(self.journal.folder))}"
         told = set()
         detached = {name: left.get(name, 0) for name in self.detached}
