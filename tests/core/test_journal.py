@@ -13,7 +13,7 @@ import time
 import warnings
 
 import pytest
-from faulty_monitor import read_steps
+from faulty_monitor import read_calls, read_steps
 from jsonl_monitor import read_rows
 
 from core_monitor import BackendWarning, ConfigError, ConfigWarning, Monitor, RunInfo
@@ -337,3 +337,21 @@ def test_monitors_sync_runs_in_a_fresh_interpreter(make, tmp_path):
                             timeout=300)
     assert result.returncode == 0, result.stderr
     assert "faulty: 1 call(s) delivered" in result.stdout
+
+
+def test_a_call_that_kills_every_writer_stops_the_restarts(make, tmp_path):
+    monitor = make(["jsonl", "faulty"], log_dir=tmp_path, dispatch="process", wait=True,
+                   faulty={"segfault_at": 3})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # WriterDied; what close() names
+        for step in range(10):
+            monitor.log({"x": float(step)}, step=step)
+            if step in (2, 6, 9):
+                monitor.flush()
+                time.sleep(1.0)  # the reply thread sees the death
+        monitor.log({"x": 10.0}, step=10)
+        monitor.close()
+    assert monitor._dispatch.restarts["faulty"] == 3  # once, then no more
+    assert sum(1 for line in read_calls(monitor.run) if line[0] == "start") == 2
+    assert read_steps(monitor.run) == [0, 1, 2]
+    assert [s for _, s, _ in read_rows(monitor.run)] == list(range(11))

@@ -136,6 +136,7 @@ class FanOut:
         self.wait = False
         #: Backend name -> how many times its writer process was started again.
         self.restarts: dict[str, int] = {}
+        self._restarted_at: dict[str, int] = {}  # the cursor of each backend's last restart
         #: Backend name -> its budget in bytes (``Monitor(budget=...)``); ``None`` key: the
         #: budget of every backend not named.
         self.budgets: dict[str | None, int] = {}
@@ -411,7 +412,8 @@ class FanOut:
     def _restart_writers(self) -> None:
         """Start again, at its backend's cursor, each writer whose process died (an SDK's
         segfault, an OOM kill), at most ``MAX_RESTARTS`` times per backend: the new writer
-        first reads the journal from the cursor up to the calls its pipe brings. Needs the
+        first reads the journal from the cursor up to the calls its pipe brings; one that died
+        again without its cursor moving is not started again (a call that kills it). Needs the
         journal (without one the backend stays stopped, as before). The death is reported
         once (``WriterDied``, by the reply thread); each restart is logged. Called on the
         caller's thread under the monitor's lock, before a call is handed over."""
@@ -425,6 +427,14 @@ class FanOut:
             if not writer.dead or writer.stopping or count >= MAX_RESTARTS:
                 continue
             cursor = run_journal.read_cursor(journal.folder, writer.name)
+            if count and self._restarted_at.get(writer.name) == cursor:
+                # It died again before confirming anything: a call that kills it (a poison
+                # call) would kill every new writer; the rest is left to ``monitors sync``.
+                logger.error("backend %r: its writer process died again before confirming "
+                             "any call; it is not started again", writer.name)
+                self.restarts[writer.name] = MAX_RESTARTS
+                continue
+            self._restarted_at[writer.name] = cursor
             try:
                 new = host.relaunch(writer, (str(journal.folder), journal.next_seq, cursor))
             except OSError as error:
