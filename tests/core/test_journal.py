@@ -355,3 +355,26 @@ def test_a_call_that_kills_every_writer_stops_the_restarts(make, tmp_path):
     assert sum(1 for line in read_calls(monitor.run) if line[0] == "start") == 2
     assert read_steps(monitor.run) == [0, 1, 2]
     assert [s for _, s, _ in read_rows(monitor.run)] == list(range(11))
+
+
+LIVE = """
+import sys, time
+from core_monitor import Monitor
+monitor = Monitor(["jsonl"], project="p", name="r", log_dir=sys.argv[1], dispatch="sync")
+for step in range(30):
+    monitor.log({"a": float(step)}, step=step)
+    time.sleep(0.1)
+monitor.close()
+"""
+
+
+def test_sync_follow_delivers_a_live_run_until_it_closes(tmp_path):
+    trainer = subprocess.Popen([sys.executable, "-c", LIVE, str(tmp_path)])
+    folder = tmp_path / ".journal" / "p" / "r"
+    deadline = time.monotonic() + 120
+    while not J.starts(folder) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert monitors(["sync", str(folder), "--to", "faulty", "--quiet"]) == 2  # still running
+    assert monitors(["sync", str(folder), "--to", "faulty", "--follow", "--quiet"]) == 0
+    assert trainer.wait(timeout=120) == 0
+    assert read_steps(RunInfo(project="p", name="r", log_dir=tmp_path)) == list(range(30))
