@@ -378,3 +378,16 @@ def test_sync_follow_delivers_a_live_run_until_it_closes(tmp_path):
     assert monitors(["sync", str(folder), "--to", "faulty", "--follow", "--quiet"]) == 0
     assert trainer.wait(timeout=120) == 0
     assert read_steps(RunInfo(project="p", name="r", log_dir=tmp_path)) == list(range(30))
+
+
+def test_without_log_dir_the_journal_goes_to_the_state_folder_not_the_cwd(tmp_path,
+                                                                          monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monitor = Monitor(["faulty"], project="p", name="r", dispatch="sync")
+    monitor.log({"a": 1.0})
+    monitor.close()
+    assert steps_of(tmp_path / "state" / "experiment-monitors" / "journal" / "p" / "r") == [0]
+    assert not (tmp_path / ".journal").exists()  # nothing in the current directory
+    monkeypatch.setenv(J.ROOT_ENV, str(tmp_path / "ops"))
+    assert J.journal_folder(monitor.run) == tmp_path / "ops" / "p" / "r"

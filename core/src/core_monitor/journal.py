@@ -6,9 +6,11 @@ segment files and one cursor file per backend. The models are wandb's transactio
 queue and Kafka's consumer offsets.
 
 Where it lives (``folder``): ``<root>/<project>/<run name>[/rank-<k>]``, where ``root`` is
-``Monitor(journal_dir=...)`` when given (e.g. a node-local disk), else ``<log_dir>/.journal``
-(beside the run, on the filesystem a job's next attempt reaches), else ``./.journal`` when the
-monitor has no ``log_dir``.
+``Monitor(journal_dir=...)`` when given (e.g. a node-local disk), else the folder the
+environment variable ``ROOT_ENV`` names, else ``<log_dir>/.journal`` (beside the run, on the
+filesystem a job's next attempt reaches), else, for a monitor without ``log_dir`` (whose
+backends write where their SDKs' defaults say), ``$XDG_STATE_HOME/experiment-monitors/journal``
+(``~/.local/state/...``, the XDG base directory for state): never the current directory.
 
 Segments: ``<first seq, 20 digits>.seg``. A record is ``<payload length: u32><crc32 of the
 payload: u32><payload>``; the payload is the call's ``wire`` frame, the same bytes a writer
@@ -56,6 +58,9 @@ SEGMENT_BYTES = 16 << 20
 FSYNC_SECONDS = 2.0
 #: The folder under ``log_dir`` holding every run's journal when no ``journal_dir`` is given.
 FOLDER_NAME = ".journal"
+#: The environment variable naming the journals' root folder when ``journal_dir`` is not given
+#: (read when the ``Monitor`` starts): an operator's node-local disk for every job.
+ROOT_ENV = "EXPERIMENT_MONITORS_JOURNAL_DIR"
 #: The record kinds that are no call: who started writing, and that the monitor closed.
 START = "journal:start"
 CLOSE = "journal:close"
@@ -71,9 +76,16 @@ _write = os.write
 
 def journal_folder(run: RunInfo, root: str | os.PathLike[str] | None = None) -> Path:
     """The folder of ``run``'s journal (module docstring): under ``root`` when given, else
-    ``<run.log_dir>/.journal``, else ``./.journal``."""
+    under ``$EXPERIMENT_MONITORS_JOURNAL_DIR``, ``<run.log_dir>/.journal``, or the XDG state
+    folder."""
     if root is None:
-        root = (run.log_dir if run.log_dir is not None else Path.cwd()) / FOLDER_NAME
+        root = os.environ.get(ROOT_ENV) or None
+    if root is None and run.log_dir is not None:
+        root = run.log_dir / FOLDER_NAME
+    if root is None:
+        state = os.environ.get("XDG_STATE_HOME") or os.path.join(
+            os.path.expanduser("~"), ".local", "state")
+        root = Path(state) / "experiment-monitors" / "journal"
     folder = Path(root) / run.project / run.name
     return folder / f"rank-{run.rank}" if run.rank else folder
 

@@ -124,9 +124,10 @@ class Monitor:
             returns (default ``True``): each backend's cursor tells what its tracker confirmed,
             and ``monitors sync <journal folder>`` delivers the rest (``core_monitor.journal``,
             docs/operations/journal.md). ``False``: no journal.
-        journal_dir: the folder holding the journals (e.g. a node-local disk); ``None``:
-            ``<log_dir>/.journal`` (``./.journal`` without a ``log_dir``). The run's journal is
-            ``<journal_dir>/<project>/<name>[/rank-<k>]``.
+        journal_dir: the folder holding the journals (e.g. a node-local disk); ``None``: the
+            folder ``EXPERIMENT_MONITORS_JOURNAL_DIR`` names, else ``<log_dir>/.journal``, else
+            (no ``log_dir``) ``$XDG_STATE_HOME/experiment-monitors/journal``. The run's
+            journal is ``<journal_dir>/<project>/<name>[/rank-<k>]``.
         keep_journal: never delete a journal segment (by default one goes once every
             backend's cursor passed it).
         budget: bytes of calls a backend may hold unwritten (its buffer), one ``int`` for
