@@ -186,7 +186,16 @@ for step in range(100):
     if step == 49:
         monitor.flush()
 print("logged", flush=True)
-os.killpg(0, signal.SIGKILL)  # the job: the trainer and its writers at once
+import subprocess  # the job: its writers (sessions of their own) and the trainer at once
+listing = subprocess.run(["ps", "-A", "-o", "pid=,ppid="], capture_output=True, text=True,
+                         check=True).stdout.split()
+for pid, ppid in zip(listing[::2], listing[1::2]):
+    if int(ppid) == os.getpid() and int(pid) != os.getpid():
+        try:
+            os.killpg(int(pid), signal.SIGKILL)
+        except OSError:
+            pass
+os.kill(os.getpid(), signal.SIGKILL)
 """
 
 

@@ -38,7 +38,18 @@ for step in range(int(sys.argv[3])):
     if step == int(sys.argv[4]) - 1:
         monitor.flush()
 print("logged", flush=True)
-os.killpg(0, signal.SIGKILL)  # Slurm's KillWait over: every process of the job at once
+# Slurm's KillWait over: SIGKILL to every process of the job (the cgroup), the writers (each
+# in a session of its own, with what its SDK started) and the trainer
+import subprocess
+listing = subprocess.run(["ps", "-A", "-o", "pid=,ppid="], capture_output=True, text=True,
+                         check=True).stdout.split()
+for pid, ppid in zip(listing[::2], listing[1::2]):
+    if int(ppid) == os.getpid() and int(pid) != os.getpid():
+        try:
+            os.killpg(int(pid), signal.SIGKILL)
+        except OSError:
+            pass
+os.kill(os.getpid(), signal.SIGKILL)
 """
 
 

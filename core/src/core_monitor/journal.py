@@ -382,6 +382,30 @@ def read_cursor(folder: str | os.PathLike[str], name: str) -> int:
         return 0
 
 
+def hold(folder: str | os.PathLike[str], name: str, *, wait: bool = True) -> int | None:
+    """Lock backend ``name``'s cursor for this process (``fcntl.flock`` on
+    ``cursors/<name>.lock``, released when the process ends, however it ends): a writer holds it
+    while it runs, so ``monitors sync`` never delivers beside it. The descriptor, or ``None``
+    when ``wait`` is false and another process holds it (or locks are not available).
+
+    Raises:
+        OSError: the lock file cannot be made.
+    """
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        return -1
+    path = cursor_path(folder, name).with_suffix(".lock")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
 def write_cursor(folder: str | os.PathLike[str], name: str, seq: int) -> None:
     """Set backend ``name``'s cursor to ``seq``, never lowering it: written into a temporary
     file beside it, then ``os.replace``d (a reader sees the old or the new one, whole)."""

@@ -38,6 +38,9 @@ from .run import RunInfo
 SYNC_FLUSH_CALLS = 1000
 #: Seconds between two looks at a live journal (``follow``).
 FOLLOW_SECONDS = 1.0
+#: Seconds a sync waits for a writer of the run that still holds a backend's cursor (its
+#: training process died; it writes what its pipe held, then ends: ``wire.DRAIN_SECONDS``).
+HOLD_SECONDS = 60.0
 
 
 class SyncError(Exception):
@@ -159,6 +162,25 @@ def _sync_one(folder: Path, name: str, spec: tuple[str, str, dict[str, Any]] | N
               progress: bool) -> tuple[int, int, str | None]:
     """Deliver to backend ``name`` from its cursor; ``(calls delivered, calls found already
     stored, failure or None)``."""
+    deadline = time.monotonic() + HOLD_SECONDS
+    lock = journal.hold(folder, name, wait=False)
+    while lock is None and time.monotonic() < deadline:
+        time.sleep(0.2)  # a writer of the run still writes (its trainer died): let it finish
+        lock = journal.hold(folder, name, wait=False)
+    if lock is None:
+        return 0, 0, (f"a writer process of the run still holds its cursor after "
+                      f"{HOLD_SECONDS:.0f} s; run monitors sync again once it ended")
+    try:
+        return _sync_held(folder, name, spec, last, options, follow, progress)
+    finally:
+        if lock >= 0:
+            os.close(lock)
+
+
+def _sync_held(folder: Path, name: str, spec: tuple[str, str, dict[str, Any]] | None,
+               last: journal.Start, options: dict[str, Any], follow: bool,
+               progress: bool) -> tuple[int, int, str | None]:
+    """``_sync_one`` once the backend's cursor is held by this process."""
     cursor = journal.read_cursor(folder, name)
     if not follow and not journal.journal_left(folder, [name]):
         return 0, 0, None

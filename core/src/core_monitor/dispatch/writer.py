@@ -63,7 +63,7 @@ from collections import deque
 from typing import Any
 
 from ..events import Batch
-from ..journal import CLOSE, START, calls, write_cursor
+from ..journal import CLOSE, START, calls, hold, write_cursor
 from ..media import MediaRoutes
 from ..resume import backend_state
 from . import wire
@@ -304,6 +304,8 @@ class Writer:
         if journal is not None:
             self.journal, self.base, *replay = journal
             since = replay[0] if replay else None
+            with contextlib.suppress(OSError):  # held until this process ends: no sync beside
+                hold(self.journal, name)
         try:
             cls: Any = importlib.import_module(module)
             for part in qualname.split("."):
