@@ -144,7 +144,8 @@ class WriterChannel(Channel):
         facts: what the backend told at its start (``FanOut.facts``).
         handled: calls the writer reported done; ``skipped``: calls it never got.
         flushed: the last flush marker the writer answered.
-        dead: the writer ended without being asked to (or was killed).
+        dead: the writer ended without being asked to (or was killed), after its start.
+        ended: the writer's process exited (its reply pipe closed), whatever the reason.
         sending: whether the fan-out still writes to it (``False`` once it is found gone, and
             from ``close`` on).
 
@@ -166,6 +167,7 @@ class WriterChannel(Channel):
         self.facts: dict[str, Any] = {}
         self.handled = self.flushed = 0
         self.dead = self.stopping = False
+        self.ended = False  # its reply pipe closed: the process exited, whatever the reason
         self.ending: str | None = None  # why the writer said it ends by itself, if it did
         self.changed = threading.Condition()
         start = wire.encode(("start", spec.cls.__module__, spec.cls.__qualname__, spec.name,
@@ -298,15 +300,25 @@ class WriterChannel(Channel):
         return self.marker if self.control(("flush", {"marker": self.marker})) else None
 
     def wait_flushed(self, ticket: int | None, deadline: float | None) -> bool:
+        """Wait for the writer's answer to flush ``ticket``, until ``deadline``. A writer that
+        will never answer is not waited for: one that failed to start (its failure was
+        reported as that; it holds nothing), or whose process has ended for any reason (what
+        it held is counted at ``close``). Whether nothing is late."""
         if ticket is None:
             return False
         with self.changed:
-            while self.flushed < ticket and not self.dead:
+            while self.flushed < ticket and not self.answerless():
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     return False
                 self.changed.wait(0.5 if left is None else min(left, 0.5))
         return True
+
+    def answerless(self) -> bool:
+        """Whether the writer will answer no more requests: it failed to start, or its process
+        ended (its reply pipe closed, or the process is reaped)."""
+        return (self.dead or self.ended or isinstance(self.ready, BaseException)
+                or self.process.poll() is not None)
 
     def pending(self, sent: int) -> int:
         """Calls sent to this writer (``sent`` in all, less ``skipped``) it has not reported
@@ -495,6 +507,7 @@ class WriterHost:
         with contextlib.suppress(subprocess.TimeoutExpired):
             writer.process.wait(timeout=5)
         with writer.changed:
+            writer.ended = True
             writer.dead = not writer.stopping and writer.ready is True
             writer.changed.notify_all()
         if not self.waited and not writer.stopping and writer.ready is None:
