@@ -524,12 +524,14 @@ class WriterHost:
 
     # The end -----------------------------------------------------------------------------
 
-    def close(self, deadline: float | None, timeout: float | None, sent: int) -> dict[str, int]:
+    def close(self, deadline: float | None, timeout: float | None, sent: int, *,
+              patient: bool = False) -> dict[str, int]:
         """End every writer: close its pipes (its end of input), wait for it to exit, all
         at once, until ``deadline``; kill one still running then, unless it is still starting
-        (module docstring: it goes on by itself); remove the spool folder. Every writer is
-        reaped. Backend name -> calls of the ``sent`` that never reached its backend (a writer
-        killed, or dead)."""
+        (module docstring: it goes on by itself) or, with ``patient`` (the core's own exit
+        limit: ``shutdown.close_all``), still making progress (``wire.Progress``); remove the
+        spool folder. Every writer is reaped. Backend name -> calls of the ``sent`` that never
+        reached its backend (a writer killed, or dead)."""
         lost: dict[str, int] = {}
         starting: list[str] = []  # writers left to finish their start and write by themselves
         for writer in self.writers:
@@ -543,6 +545,8 @@ class WriterHost:
             except subprocess.TimeoutExpired:
                 if writer.ready is None and writer.process.poll() is None:
                     starting.append(writer.name)  # module docstring: it goes on by itself
+                    continue
+                if patient and _wait_while_progressing(writer):
                     continue
                 writer.stop_now()
                 lost[writer.name] = lost.get(writer.name, 0) + writer.pending(sent)
@@ -597,6 +601,21 @@ class WriterHost:
             writer.forget()
         self.writers = []
         self.spool = None
+
+
+def _wait_while_progressing(writer: WriterChannel) -> bool:
+    """Past the core's exit limit: wait for ``writer`` while it makes progress (``wire.Progress``:
+    calls handled moving, or a closing hook running for less than ``wire.CLOSE_HOOK_SECONDS``);
+    whether it exited. The platform's own SIGKILL (Slurm's ``KillWait``, Kubernetes's grace
+    period, 30 s by default) may come first: the writer then dies of it, as it would anyway."""
+    progress = wire.Progress(writer.busy)
+    while not progress.stalled():
+        try:
+            writer.process.wait(timeout=0.25)
+            return True
+        except subprocess.TimeoutExpired:
+            continue
+    return writer.process.poll() is not None
 
 
 @contextlib.contextmanager

@@ -39,7 +39,9 @@ How it ends:
   run in a new service).
 
 The reader thread ends the process (``os._exit(3)``) ``DRAIN_SECONDS`` after a death or SIGTERM
-was seen, even when the main thread is stuck inside a hook; seen while the backend was still
+was seen, even when the main thread is stuck inside a hook, but never while it makes progress
+(``wire.Progress``: its count of calls handled moved within ``wire.PROGRESS_SECONDS``, or a
+closing hook has run for less than ``wire.CLOSE_HOOK_SECONDS``); seen while the backend was still
 starting, ``DRAIN_SECONDS`` after the start ended (a start gets ``START_SECONDS`` more). The
 writer ignores SIGINT (a Ctrl-C in the terminal is the training process's business), runs in a
 session of its own, writes its output to pipes of its own (forwarded by the training process),
@@ -70,6 +72,7 @@ from .backends import Backend, new_manager, start_backend
 from .wire import (
     BUSY_SINCE,
     DRAIN_SECONDS,
+    FINISHING_AT,
     HANDLED,
     READ_BYTES_AT,
     SHARED_BYTES,
@@ -189,6 +192,7 @@ class Writer:
         pending_end: str | None = None  # why the writer ends, placed once DATA is drained
         term_at: float | None = None
         stopped = False  # a stop request came: the training process waits for this writer
+        progress: wire.Progress | None = None  # looked at once the drain limit passed
         while True:
             watch = [self.wake_read]
             if control_open:
@@ -239,8 +243,11 @@ class Writer:
                 pending_end = None
             if self.deadline is not None and now >= self.deadline and (
                     self.started or now >= self.deadline + START_SECONDS):
-                self.leave_spool()
-                os._exit(3)  # stuck in a hook (or in the start) past the drain limit
+                if progress is None:
+                    progress = wire.Progress(self.shared if self.started else None)
+                if progress.stalled():  # not while it still handles calls or closes
+                    self.leave_spool()
+                    os._exit(3)  # stuck in a hook (or in the start) past the drain limit
 
     def death(self, seen: str) -> str:
         """What ``monitor_crash`` is told when the training process is gone."""
@@ -375,7 +382,11 @@ class Writer:
                 HANDLED.pack_into(shared, 8, self.handled)
 
     def finish(self, crash: str | None) -> None:
-        """Flush, report a crash (``monitor_crash``), close; reply closed."""
+        """Flush, report a crash (``monitor_crash``), close; reply closed. The shared memory
+        says so meanwhile (``wire.FINISHING_AT``): an exit limit that passes lets these hooks
+        run for ``wire.CLOSE_HOOK_SECONDS`` each (``wire.Progress``)."""
+        if self.shared is not None:
+            self.shared[FINISHING_AT] = 1
         self.call("monitor_flush", {})
         if crash:
             self.call("monitor_crash", {"reason": crash})
