@@ -11,9 +11,9 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-import csv_monitor
 from jsonl_monitor import read_rows
 
+import csv_monitor
 from core_monitor import BackendWarning, ConfigError, Monitor
 
 #: Seconds a flush or close may take here before it counts as a hang (a loaded machine starts

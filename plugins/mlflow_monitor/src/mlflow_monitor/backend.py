@@ -413,7 +413,8 @@ class MlflowMonitor:
     def monitor_close(self) -> None:
         """Send what is buffered, end the run (status ``FINISHED``, or ``FAILED`` after
         ``monitor_crash``), waiting while MLflow takes requests (``close_wait`` seconds without
-        one taken at most); then stop sending and report, in one ``BackendWarning``, what MLflow never took.
+        one taken at most); then stop sending and report, in one ``BackendWarning``, what
+        MLflow never took.
 
         A second call does nothing.
         """
