@@ -22,8 +22,9 @@ imported in the training process.
 
 Each data pipe is the backend's bounded buffer: ``queue_size`` calls of 1 KiB (at least one
 page, at most the system's largest pipe, ``/proc/sys/fs/pipe-max-size``, 1 MiB by default); the
-writer's reader thread moves what arrives into an inbox of as much again at once, so the
-backend alone bounds how fast a pipe drains. With ``on_full="block"`` a full pipe makes
+writer's reader thread moves what arrives into an inbox of as much again, in batches
+(``writer.SCHEDULE_DELAY``, at once when the pipe is half full), so the backend alone bounds
+how fast a pipe drains. With ``on_full="block"`` a full pipe makes
 ``log()`` wait for that writer (while it lives); with ``"drop"`` the call is dropped for that
 backend and counted, after a short grace (``DROP_GRACE_SECONDS``) unless the writer has been
 inside one hook for longer than that (the shared memory ``wire.SHARED_BYTES``).

@@ -16,11 +16,14 @@ when, the calls handled, the bytes read from ``DATA`` and from spool files.
 
 Two threads:
 
-* the reader reads ``DATA`` as soon as bytes arrive (blocking in ``select``, no polling) into
-  an in-memory inbox of at most one pipe's worth and a page, so a backend's drain rate is
-  bounded by the backend, never by an interval; it reads ``CONTROL`` and places a flush or
-  stop request in the inbox after every byte ``DATA`` held when the request was read (what
-  was logged before the request); and it watches the training process (its parent) and SIGTERM;
+* the reader reads ``DATA`` in batches (OpenTelemetry's batch processor): once bytes arrive
+  (blocking in ``select``, no polling) it lets more gather for ``SCHEDULE_DELAY`` seconds, and
+  reads at once when the pipe holds ``HIGH_WATER`` of its size or a flush or stop request or
+  SIGTERM comes, into an in-memory inbox of at most one pipe's worth and a page, so the writer
+  wakes once per batch, not once per call, and a backend's drain rate is bounded by the
+  backend; it reads ``CONTROL`` and places a flush or stop request in the inbox after every
+  byte ``DATA`` held when the request was read (what was logged before the request); and it
+  watches the training process (its parent) and SIGTERM;
 * the main thread constructs the backend, then takes the inbox in order and calls the hooks.
 
 How it ends:
@@ -57,6 +60,7 @@ import mmap
 import os
 import select
 import signal
+import struct
 import sys
 import threading
 import time
@@ -83,6 +87,22 @@ from .wire import (
 
 #: Bytes read at most at once.
 READ_BYTES = 1 << 20
+#: Seconds the reader lets calls gather in the data pipe before it reads them, when the
+#: training process logs faster than that (OpenTelemetry's ``BatchSpanProcessor``: a schedule
+#: delay): the writer then wakes once per batch, not once per call, so its CPU does not compete
+#: with the trainer call by call. It reads at once when the pipe holds ``HIGH_WATER`` of its
+#: size (the size trigger), or when a flush or stop request or SIGTERM comes (the end of the
+#: pipe is seen at most this late).
+SCHEDULE_DELAY = 0.02
+#: The part of the data pipe's size that, once waiting in it, is read at once (looked at every
+#: ``SCHEDULE_SLICE`` seconds of the delay).
+HIGH_WATER = 0.5
+#: Seconds between two looks at the bytes waiting in the pipe during ``SCHEDULE_DELAY``.
+SCHEDULE_SLICE = 0.005
+#: The smallest data pipe (bytes) whose reads are delayed: a smaller one (a small
+#: ``queue_size``) holds a few calls only, and a writer reading it late would make the training
+#: process wait for room, or drop calls with ``on_full="drop"``; it is read at once.
+BATCH_MIN_PIPE = 64 * 1024
 #: Seconds after SIGTERM that the writer waits for the training process's stop request before
 #: it ends by itself (the training process closes its monitor on the same signal).
 TERM_SECONDS = 5.0
@@ -147,6 +167,10 @@ class Writer:
         # free page (what poll tells it: a call is written into every pipe or none), so the
         # last page of a full pipe may stay part empty; the inbox takes that part instead.
         self.inbox = Inbox(_pipe_size(data_fd) + mmap.PAGESIZE)
+        #: Bytes waiting in the data pipe that are read at once (``HIGH_WATER``).
+        self.high_water = int(_pipe_size(data_fd) * HIGH_WATER)
+        #: Whether reads are delayed to gather calls (``BATCH_MIN_PIPE``).
+        self.batching = _pipe_size(data_fd) >= BATCH_MIN_PIPE
         self.wake_read, self.wake_write = os.pipe()
         os.set_blocking(self.wake_write, False)
         #: Why the writer ends without a stop request (set by the reader thread), if it does.
@@ -200,6 +224,9 @@ class Writer:
             if data_open and not self.inbox.full():
                 watch.append(self.data_fd)
             ready = select.select(watch, [], [], WATCH_SECONDS)[0]
+            if (ready == [self.data_fd] and self.batching and not waiting
+                    and pending_end is None and self.started):
+                ready += self.gather(watch[:-1])
             now = time.monotonic()
             if self.wake_read in ready:
                 woken = os.read(self.wake_read, 64)
@@ -248,6 +275,21 @@ class Writer:
                 if progress.stalled():  # not while it still handles calls or closes
                     self.leave_spool()
                     os._exit(3)  # stuck in a hook (or in the start) past the drain limit
+
+    def gather(self, watch: list[int]) -> list[int]:
+        """A call came while nothing else did: let more gather in the data pipe for
+        ``SCHEDULE_DELAY`` seconds, unless it holds ``high_water`` bytes (looked at every
+        ``SCHEDULE_SLICE``) or one of ``watch`` (a request, SIGTERM) is readable first; those
+        of ``watch`` that are."""
+        end = time.monotonic() + SCHEDULE_DELAY
+        while _waiting_bytes(self.data_fd) < self.high_water:
+            left = end - time.monotonic()
+            if left <= 0:
+                return []
+            ready = select.select(watch, [], [], min(left, SCHEDULE_SLICE))[0]
+            if ready:
+                return ready
+        return []
 
     def death(self, seen: str) -> str:
         """What ``monitor_crash`` is told when the training process is gone."""
@@ -410,6 +452,18 @@ def _pipe_size(fd: int) -> int:
         return max(1 << 12, fcntl.fcntl(fd, getattr(fcntl, "F_GETPIPE_SZ", 1032)))
     except (ImportError, OSError):
         return 1 << 16
+
+
+def _waiting_bytes(fd: int) -> int:
+    """Bytes waiting in the pipe ``fd`` (``FIONREAD``); 0 where that cannot be read (the
+    schedule delay then applies)."""
+    try:
+        import fcntl
+        import termios
+
+        return struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0]
+    except (ImportError, OSError, AttributeError):
+        return 0
 
 
 def lower_priority() -> None:
