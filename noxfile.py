@@ -73,8 +73,10 @@ FIXTURES = sorted(p for p in (ROOT / "tests" / "fixtures").iterdir() if p.is_dir
 #: and each plugin's own tests, beside its code.
 SUITE = ["tests", *(str(folder / "tests") for folder in PLUGINS.values()),
          "--ignore=tests/frameworks"]
+#: psycopg2-binary: the MLflow server of the delivery tests keeps its store in PostgreSQL
+#: (tests/postgres_server.py); psutil and nvidia-ml-py: the system metrics sampler.
 TEST_DEPS = ["pytest>=8", "pytest-timeout", "pytest-xdist", "numpy", "uv", "psutil",
-             "nvidia-ml-py", "fsspec"]
+             "nvidia-ml-py", "fsspec", "psycopg2-binary"]
 #: pytest-xdist: one worker per CPU, each test module (or test class) on one worker, so that a
 #: module's shared fixtures (an MLflow server, the copy tests' source runs) start once. Most of
 #: a test's time is spent waiting for processes it started, which a second worker overlaps.

@@ -736,7 +736,8 @@ class FanOut:
         self._live, self._fds = [], []
         self._writable = writable([])
         if self._host is not None:
-            for name, lost in self._host.close(deadline, timeout, self.sent).items():
+            for name, lost in self._host.close(deadline, timeout, self.sent,
+                                               patient=shutdown.exiting).items():
                 self.undelivered[name] = self.undelivered.get(name, 0) + lost
         stuck = set()
         for channel in self._threads:

@@ -22,8 +22,9 @@ imported in the training process.
 
 Each data pipe is the backend's bounded buffer: ``queue_size`` calls of 1 KiB (at least one
 page, at most the system's largest pipe, ``/proc/sys/fs/pipe-max-size``, 1 MiB by default); the
-writer's reader thread moves what arrives into an inbox of as much again at once, so the
-backend alone bounds how fast a pipe drains. With ``on_full="block"`` a full pipe makes
+writer's reader thread moves what arrives into an inbox of as much again, in batches
+(``writer.SCHEDULE_DELAY``, at once when the pipe is half full), so the backend alone bounds
+how fast a pipe drains. With ``on_full="block"`` a full pipe makes
 ``log()`` wait for that writer (while it lives); with ``"drop"`` the call is dropped for that
 backend and counted, after a short grace (``DROP_GRACE_SECONDS``) unless the writer has been
 inside one hook for longer than that (the shared memory ``wire.SHARED_BYTES``).
@@ -146,7 +147,8 @@ class WriterChannel(Channel):
         facts: what the backend told at its start (``FanOut.facts``).
         handled: calls the writer reported done; ``skipped``: calls it never got.
         flushed: the last flush marker the writer answered.
-        dead: the writer ended without being asked to (or was killed).
+        dead: the writer ended without being asked to (or was killed), after its start.
+        ended: the writer's process exited (its reply pipe closed), whatever the reason.
         sending: whether the fan-out still writes to it (``False`` once it is found gone, and
             from ``close`` on).
 
@@ -170,6 +172,7 @@ class WriterChannel(Channel):
         self.facts: dict[str, Any] = {}
         self.handled = self.flushed = 0
         self.dead = self.stopping = False
+        self.ended = False  # its reply pipe closed: the process exited, whatever the reason
         self.ending: str | None = None  # why the writer said it ends by itself, if it did
         self.changed = threading.Condition()
         start = wire.encode(("start", spec.cls.__module__, spec.cls.__qualname__, spec.name,
@@ -305,15 +308,25 @@ class WriterChannel(Channel):
         return self.marker if self.control(("flush", {"marker": self.marker})) else None
 
     def wait_flushed(self, ticket: int | None, deadline: float | None) -> bool:
+        """Wait for the writer's answer to flush ``ticket``, until ``deadline``. A writer that
+        will never answer is not waited for: one that failed to start (its failure was
+        reported as that; it holds nothing), or whose process has ended for any reason (what
+        it held is counted at ``close``). Whether nothing is late."""
         if ticket is None:
             return False
         with self.changed:
-            while self.flushed < ticket and not self.dead:
+            while self.flushed < ticket and not self.answerless():
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     return False
                 self.changed.wait(0.5 if left is None else min(left, 0.5))
         return True
+
+    def answerless(self) -> bool:
+        """Whether the writer will answer no more requests: it failed to start, or its process
+        ended (its reply pipe closed, or the process is reaped)."""
+        return (self.dead or self.ended or isinstance(self.ready, BaseException)
+                or self.process.poll() is not None)
 
     def pending(self, sent: int) -> int:
         """Calls sent to this writer (``sent`` in all, less ``skipped``) it has not reported
@@ -529,6 +542,7 @@ class WriterHost:
         with contextlib.suppress(subprocess.TimeoutExpired):
             writer.process.wait(timeout=5)
         with writer.changed:
+            writer.ended = True
             writer.dead = not writer.stopping and writer.ready is True
             writer.changed.notify_all()
         if writer.dead:
@@ -547,12 +561,14 @@ class WriterHost:
 
     # The end -----------------------------------------------------------------------------
 
-    def close(self, deadline: float | None, timeout: float | None, sent: int) -> dict[str, int]:
+    def close(self, deadline: float | None, timeout: float | None, sent: int, *,
+              patient: bool = False) -> dict[str, int]:
         """End every writer: close its pipes (its end of input), wait for it to exit, all
         at once, until ``deadline``; kill one still running then, unless it is still starting
-        (module docstring: it goes on by itself); remove the spool folder. Every writer is
-        reaped. Backend name -> calls of the ``sent`` that never reached its backend (a writer
-        killed, or dead)."""
+        (module docstring: it goes on by itself) or, with ``patient`` (the core's own exit
+        limit: ``shutdown.close_all``), still making progress (``wire.Progress``); remove the
+        spool folder. Every writer is reaped. Backend name -> calls of the ``sent`` that never
+        reached its backend (a writer killed, or dead)."""
         lost: dict[str, int] = {}
         starting: list[str] = []  # writers left to finish their start and write by themselves
         for writer in self.writers:
@@ -566,6 +582,8 @@ class WriterHost:
             except subprocess.TimeoutExpired:
                 if writer.ready is None and writer.process.poll() is None:
                     starting.append(writer.name)  # module docstring: it goes on by itself
+                    continue
+                if patient and _wait_while_progressing(writer):
                     continue
                 writer.stop_now()
                 pending = writer.pending(sent)
@@ -628,6 +646,21 @@ class WriterHost:
             writer.forget()
         self.writers = []
         self.spool = None
+
+
+def _wait_while_progressing(writer: WriterChannel) -> bool:
+    """Past the core's exit limit: wait for ``writer`` while it makes progress (``wire.Progress``:
+    calls handled moving, or a closing hook running for less than ``wire.CLOSE_HOOK_SECONDS``);
+    whether it exited. The platform's own SIGKILL (Slurm's ``KillWait``, Kubernetes's grace
+    period, 30 s by default) may come first: the writer then dies of it, as it would anyway."""
+    progress = wire.Progress(writer.busy)
+    while not progress.stalled():
+        try:
+            writer.process.wait(timeout=0.25)
+            return True
+        except subprocess.TimeoutExpired:
+            continue
+    return writer.process.poll() is not None
 
 
 @contextlib.contextmanager

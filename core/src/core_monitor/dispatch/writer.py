@@ -16,11 +16,14 @@ when, the calls handled, the bytes read from ``DATA`` and from spool files.
 
 Two threads:
 
-* the reader reads ``DATA`` as soon as bytes arrive (blocking in ``select``, no polling) into
-  an in-memory inbox of at most one pipe's worth and a page, so a backend's drain rate is
-  bounded by the backend, never by an interval; it reads ``CONTROL`` and places a flush or
-  stop request in the inbox after every byte ``DATA`` held when the request was read (what
-  was logged before the request); and it watches the training process (its parent) and SIGTERM;
+* the reader reads ``DATA`` in batches (OpenTelemetry's batch processor): once bytes arrive
+  (blocking in ``select``, no polling) it lets more gather for ``SCHEDULE_DELAY`` seconds, and
+  reads at once when the pipe holds ``HIGH_WATER`` of its size or a flush or stop request or
+  SIGTERM comes, into an in-memory inbox of at most one pipe's worth and a page, so the writer
+  wakes once per batch, not once per call, and a backend's drain rate is bounded by the
+  backend; it reads ``CONTROL`` and places a flush or stop request in the inbox after every
+  byte ``DATA`` held when the request was read (what was logged before the request); and it
+  watches the training process (its parent) and SIGTERM;
 * the main thread constructs the backend, then takes the inbox in order and calls the hooks.
 
 How it ends:
@@ -39,7 +42,9 @@ How it ends:
   run in a new service).
 
 The reader thread ends the process (``os._exit(3)``) ``DRAIN_SECONDS`` after a death or SIGTERM
-was seen, even when the main thread is stuck inside a hook; seen while the backend was still
+was seen, even when the main thread is stuck inside a hook, but never while it makes progress
+(``wire.Progress``: its count of calls handled moved within ``wire.PROGRESS_SECONDS``, or a
+closing hook has run for less than ``wire.CLOSE_HOOK_SECONDS``); seen while the backend was still
 starting, ``DRAIN_SECONDS`` after the start ended (a start gets ``START_SECONDS`` more). The
 writer ignores SIGINT (a Ctrl-C in the terminal is the training process's business), runs in a
 session of its own, writes its output to pipes of its own (forwarded by the training process),
@@ -55,6 +60,7 @@ import mmap
 import os
 import select
 import signal
+import struct
 import sys
 import threading
 import time
@@ -71,6 +77,7 @@ from .backends import Backend, new_manager, start_backend
 from .wire import (
     BUSY_SINCE,
     DRAIN_SECONDS,
+    FINISHING_AT,
     HANDLED,
     READ_BYTES_AT,
     SHARED_BYTES,
@@ -81,6 +88,22 @@ from .wire import (
 
 #: Bytes read at most at once.
 READ_BYTES = 1 << 20
+#: Seconds the reader lets calls gather in the data pipe before it reads them, when the
+#: training process logs faster than that (OpenTelemetry's ``BatchSpanProcessor``: a schedule
+#: delay): the writer then wakes once per batch, not once per call, so its CPU does not compete
+#: with the trainer call by call. It reads at once when the pipe holds ``HIGH_WATER`` of its
+#: size (the size trigger), or when a flush or stop request or SIGTERM comes (the end of the
+#: pipe is seen at most this late).
+SCHEDULE_DELAY = 0.02
+#: The part of the data pipe's size that, once waiting in it, is read at once (looked at every
+#: ``SCHEDULE_SLICE`` seconds of the delay).
+HIGH_WATER = 0.5
+#: Seconds between two looks at the bytes waiting in the pipe during ``SCHEDULE_DELAY``.
+SCHEDULE_SLICE = 0.005
+#: The smallest data pipe (bytes) whose reads are delayed: a smaller one (a small
+#: ``queue_size``) holds a few calls only, and a writer reading it late would make the training
+#: process wait for room, or drop calls with ``on_full="drop"``; it is read at once.
+BATCH_MIN_PIPE = 64 * 1024
 #: Seconds after SIGTERM that the writer waits for the training process's stop request before
 #: it ends by itself (the training process closes its monitor on the same signal).
 TERM_SECONDS = 5.0
@@ -145,6 +168,10 @@ class Writer:
         # free page (what poll tells it: a call is written into every pipe or none), so the
         # last page of a full pipe may stay part empty; the inbox takes that part instead.
         self.inbox = Inbox(_pipe_size(data_fd) + mmap.PAGESIZE)
+        #: Bytes waiting in the data pipe that are read at once (``HIGH_WATER``).
+        self.high_water = int(_pipe_size(data_fd) * HIGH_WATER)
+        #: Whether reads are delayed to gather calls (``BATCH_MIN_PIPE``).
+        self.batching = _pipe_size(data_fd) >= BATCH_MIN_PIPE
         self.wake_read, self.wake_write = os.pipe()
         os.set_blocking(self.wake_write, False)
         #: Why the writer ends without a stop request (set by the reader thread), if it does.
@@ -196,6 +223,7 @@ class Writer:
         pending_end: str | None = None  # why the writer ends, placed once DATA is drained
         term_at: float | None = None
         stopped = False  # a stop request came: the training process waits for this writer
+        progress: wire.Progress | None = None  # looked at once the drain limit passed
         while True:
             watch = [self.wake_read]
             if control_open:
@@ -203,6 +231,9 @@ class Writer:
             if data_open and not self.inbox.full():
                 watch.append(self.data_fd)
             ready = select.select(watch, [], [], WATCH_SECONDS)[0]
+            if (ready == [self.data_fd] and self.batching and not waiting
+                    and pending_end is None and self.started):
+                ready += self.gather(watch[:-1])
             now = time.monotonic()
             if self.wake_read in ready:
                 woken = os.read(self.wake_read, 64)
@@ -246,8 +277,26 @@ class Writer:
                 pending_end = None
             if self.deadline is not None and now >= self.deadline and (
                     self.started or now >= self.deadline + START_SECONDS):
-                self.leave_spool()
-                os._exit(3)  # stuck in a hook (or in the start) past the drain limit
+                if progress is None:
+                    progress = wire.Progress(self.shared if self.started else None)
+                if progress.stalled():  # not while it still handles calls or closes
+                    self.leave_spool()
+                    os._exit(3)  # stuck in a hook (or in the start) past the drain limit
+
+    def gather(self, watch: list[int]) -> list[int]:
+        """A call came while nothing else did: let more gather in the data pipe for
+        ``SCHEDULE_DELAY`` seconds, unless it holds ``high_water`` bytes (looked at every
+        ``SCHEDULE_SLICE``) or one of ``watch`` (a request, SIGTERM) is readable first; those
+        of ``watch`` that are."""
+        end = time.monotonic() + SCHEDULE_DELAY
+        while _waiting_bytes(self.data_fd) < self.high_water:
+            left = end - time.monotonic()
+            if left <= 0:
+                return []
+            ready = select.select(watch, [], [], min(left, SCHEDULE_SLICE))[0]
+            if ready:
+                return ready
+        return []
 
     def death(self, seen: str) -> str:
         """What ``monitor_crash`` is told when the training process is gone."""
@@ -425,7 +474,11 @@ class Writer:
                 HANDLED.pack_into(shared, 8, self.handled)
 
     def finish(self, crash: str | None) -> None:
-        """Flush, report a crash (``monitor_crash``), close; reply closed."""
+        """Flush, report a crash (``monitor_crash``), close; reply closed. The shared memory
+        says so meanwhile (``wire.FINISHING_AT``): an exit limit that passes lets these hooks
+        run for ``wire.CLOSE_HOOK_SECONDS`` each (``wire.Progress``)."""
+        if self.shared is not None:
+            self.shared[FINISHING_AT] = 1
         flushed = self.call("monitor_flush", {})
         if crash:
             self.call("monitor_crash", {"reason": crash})
@@ -450,6 +503,18 @@ def _pipe_size(fd: int) -> int:
         return max(1 << 12, fcntl.fcntl(fd, getattr(fcntl, "F_GETPIPE_SZ", 1032)))
     except (ImportError, OSError):
         return 1 << 16
+
+
+def _waiting_bytes(fd: int) -> int:
+    """Bytes waiting in the pipe ``fd`` (``FIONREAD``); 0 where that cannot be read (the
+    schedule delay then applies)."""
+    try:
+        import fcntl
+        import termios
+
+        return struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0]
+    except (ImportError, OSError, AttributeError):
+        return 0
 
 
 def lower_priority() -> None:
