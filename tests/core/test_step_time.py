@@ -1,4 +1,4 @@
-"""``core_monitor.integrations._step_time``: the per-rank step clock behind the integrations'
+"""``core_monitor.integrations.step_time``: the per-rank step clock behind the integrations'
 ``step_time=`` (its cross-rank view under torchrun: tests/frameworks/test_step_time.py)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import time
 import pytest
 
 from core_monitor import ConfigError
-from core_monitor.integrations._step_time import StepClock, step_time_prefix
+from core_monitor.integrations.step_time import StepClock, step_time_prefix
 
 VIEW = ("mean", "median", "min", "max", "min_rank", "max_rank")
 

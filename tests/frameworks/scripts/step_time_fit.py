@@ -3,7 +3,10 @@ purpose (``SLOW`` seconds a batch each), so the stored step times must name rank
 wait for data and rank 0 for the forward pass, although both ranks' whole steps take about
 as long (the gradient all-reduce waits for the slower one).
 
-    torchrun --nproc_per_node 2 step_time_fit.py lightning|transformers <log_dir> <out.json>
+    torchrun --nproc_per_node 2 step_time_fit.py lightning|transformers|accelerate \
+        <log_dir> <out.json>
+
+(``accelerate``: a hand-written loop timed with ``StepClock``, logged by ``MonitorTracker``.)
 
 writes, from rank 0, ``{"run": {"project", "name", "log_dir"}, "steps": [logged steps]}``.
 """
@@ -98,9 +101,43 @@ def transformers(log_dir: Path) -> tuple[object, int]:
     return callback.monitor, trainer.args.process_index
 
 
+def accelerate(log_dir: Path) -> tuple[object, int]:
+    from accelerate import Accelerator
+
+    from core_monitor.integrations.accelerate import MonitorTracker
+    from core_monitor.integrations.step_time import StepClock
+
+    tracker = MonitorTracker(BACKENDS, run_name="steptime", log_dir=log_dir)
+    accelerator = Accelerator(cpu=True, log_with=tracker, project_dir=str(log_dir))
+    accelerator.init_trackers("acc")
+    model = Net()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    loader = torch.utils.data.DataLoader(dataset(), batch_size=4, collate_fn=collate)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    clock = StepClock("step_time")
+    clock.idle()
+    for step, batch in enumerate(loader):
+        if step == 4:
+            break
+        clock.start()
+        loss = model(batch["x"], batch["labels"])["loss"]
+        clock.backward()
+        accelerator.backward(loss)
+        optimizer.step()
+        optimizer.zero_grad()
+        clock.end()
+        if step % 2 == 1:
+            times = clock.collect()  # every rank: one all_gather
+            accelerator.log({"loss": loss.item(), **times}, step=step)
+            clock.idle()
+    accelerator.end_training()
+    return tracker.monitor, accelerator.process_index
+
+
 def main() -> None:
     framework, log_dir, out = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
-    monitor, rank = {"lightning": lightning, "transformers": transformers}[framework](log_dir)
+    monitor, rank = {"lightning": lightning, "transformers": transformers,
+                      "accelerate": accelerate}[framework](log_dir)
     if rank == 0:
         run = monitor.run  # type: ignore[attr-defined]
         out.write_text(json.dumps({"run": {"project": run.project, "name": run.name,

@@ -27,7 +27,7 @@ from ..errors import ConfigError
 from ..monitor import Monitor
 from ._common import loggable
 from ._runs import LazyRun
-from ._step_time import StepClock, step_time_prefix
+from .step_time import StepClock, step_time_prefix
 
 __all__ = ["DEFAULT_PROJECT", "MonitorLogger"]
 
@@ -158,7 +158,7 @@ class MonitorLogger(Logger):
             without ``metrics`` (``TensorBoardLogger``'s ``default_hp_metric``, default
             ``True``).
         step_time: ``True`` (tags under ``step_time/``) or a tag prefix: every rank times its
-            training batches (``core_monitor.integrations._step_time``: the wait for the batch
+            training batches (``core_monitor.integrations.step_time``: the wait for the batch
             ``data``, the batch's start to ``on_before_backward`` ``forward``, the whole batch
             ``step``, in seconds, each a mean per batch since the previous logging call), and
             at each of Lightning's logging calls (every rank makes them) one ``all_gather``

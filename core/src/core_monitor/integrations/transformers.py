@@ -25,7 +25,7 @@ from ..errors import ConfigError
 from ..monitor import Monitor
 from ._common import loggable
 from ._runs import LazyRun
-from ._step_time import StepClock, step_time_prefix
+from .step_time import StepClock, step_time_prefix
 
 __all__ = ["MonitorCallback"]
 
@@ -65,7 +65,7 @@ class MonitorCallback(TrainerCallback):
         rewrite_logs: store the Trainer's own callbacks' tag names (default); ``False`` stores
             the keys of ``log_history`` as they are (``loss``, ``eval_loss``).
         step_time: ``True`` (tags under ``step_time/``) or a tag prefix: every process times
-            its optimizer steps (``core_monitor.integrations._step_time``): ``data``, from
+            its optimizer steps (``core_monitor.integrations.step_time``): ``data``, from
             the end of the previous step (or of the logging, evaluation or saving after it)
             to ``on_step_begin``, the wait for the step's batches; ``forward``, from
             ``on_step_begin`` to the end of the model's last forward pass in the step (a

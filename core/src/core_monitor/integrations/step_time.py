@@ -20,6 +20,24 @@ step over the steps since the previous one, and the ranks exchange them in ONE `
 ``/min``, ``/max``, ``/min_rank``, ``/max_rank``. A logging call with no step since the
 previous one (an epoch-end or evaluation log) exchanges nothing, and steps between logging
 calls cost two ``perf_counter`` calls each, never a collective.
+
+Lightning's ``MonitorLogger`` and the Hugging Face Trainer's ``MonitorCallback`` drive a
+``StepClock`` from their hooks (``step_time=True``). accelerate and DeepSpeed leave the loop to
+its author, and so the clock too (imports no framework)::
+
+    clock = StepClock("step_time")
+    clock.idle()
+    for step, batch in enumerate(loader):
+        clock.start()                      # the batch is in hand
+        loss = model(batch)
+        clock.backward()
+        accelerator.backward(loss)         # or engine.backward(loss); engine.step()
+        optimizer.step()
+        clock.end()
+        if step % 50 == 0:
+            times = clock.collect()        # on every rank: one all_gather
+            accelerator.log({"loss": loss.item(), **times}, step=step)
+            clock.idle()
 """
 
 from __future__ import annotations
@@ -29,6 +47,8 @@ from typing import Any
 
 from ..distributed import Reducer
 from ..errors import ConfigError
+
+__all__ = ["DEFAULT_PREFIX", "StepClock", "step_time_prefix"]
 
 #: The tag prefix of ``step_time=True``.
 DEFAULT_PREFIX = "step_time"
