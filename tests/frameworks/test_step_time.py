@@ -1,6 +1,7 @@
 """``step_time=True`` of the Lightning and Hugging Face Trainer integrations, and ``StepClock``
-in an accelerate loop, under torchrun (gloo, 2 ranks): the stored cross-rank step times name the rank made slow on purpose, read
-back from TensorBoard's and the CSV backend's own storage."""
+in an accelerate loop, under torchrun (gloo, 2 ranks): the stored cross-rank step times name
+the rank made slow on purpose, read back from TensorBoard's and the CSV backend's own
+storage."""
 
 from __future__ import annotations
 
