@@ -23,8 +23,7 @@ from core_monitor.hookspecs import Capabilities
 class Keeper:
     """Keeps every batch and media item; declares every kind."""
 
-    name = "keeper"
-    media_kinds = frozenset({"image", "histogram", "text"})
+    capabilities = Capabilities(name="keeper", media_kinds={"image", "histogram", "text"})
 
     def __init__(self, run):
         self.events, self.items = [], []
@@ -39,8 +38,7 @@ class Keeper:
 
 
 class TextOnly(Keeper):
-    name = "textonly"
-    media_kinds = frozenset({"text"})
+    capabilities = Capabilities(name="textonly", media_kinds={"text"})
 
 
 class Scalars:
@@ -181,10 +179,14 @@ def test_kinds_a_backend_does_not_store_are_reported_once_and_counted(monitor_fa
         for step in range(3):
             monitor.log({"loss": 1.0, "img": Image(np.zeros((1, 1), np.uint8)),
                          "notes": Text("t")}, step=step)
-    messages = sorted(str(w.message) for w in caught)
-    assert len(messages) == 3, messages  # (textonly, image), (scalars, image), (scalars, text)
-    assert "backend 'scalars' does not store image media" in messages[0]
-    assert "backend 'textonly' does not store image media" in messages[2]
+    messages = [str(w.message) for w in caught]
+    # One line at the first call names every backend and kind left out: (textonly, image),
+    # (scalars, image), (scalars, text); nothing later.
+    assert len(messages) == 1, messages
+    assert "\n" not in messages[0]
+    assert "backend 'textonly' does not store image media" in messages[0]
+    assert "backend 'scalars' does not store image or text media" in messages[0]
+    assert caught[0].filename == __file__
     assert monitor.media_skipped == {("textonly", "image"): 3, ("scalars", "image"): 3,
                                      ("scalars", "text"): 3}
     assert monitor.failures == {}
@@ -222,12 +224,19 @@ def test_ranks_that_write_nothing_still_validate_media(monitor_factory, monkeypa
 
 
 def test_capabilities_refuse_an_unknown_media_kind():
-    class Typo(Keeper):
-        media_kinds = frozenset({"images"})
-
-    with pytest.raises(TypeError, match=r"Typo\.media_kinds.*\['histogram', 'image', 'text'\]"):
-        Capabilities.of(Typo)
+    with pytest.raises(TypeError, match=r"media_kinds=.*\['histogram', 'image', 'text'\]"):
+        Capabilities(media_kinds={"images"})
     assert Capabilities.of(Keeper).media_kinds == {"image", "histogram", "text"}
+
+
+def test_a_capability_as_a_class_attribute_is_refused_naming_the_declaration_to_write():
+    class OldStyle(Keeper):
+        media_kinds = frozenset({"text"})
+
+    with pytest.raises(TypeError, match=r"OldStyle declares media_kinds as class attributes, "
+                                        r"which the core no longer reads.*Capabilities\(media_"
+                                        r"kinds=frozenset\(\{'text'\}\)\).*dataclasses.replace"):
+        Capabilities.of(OldStyle)
 
 
 def test_thread_dispatch_sends_each_backend_its_kinds_off_the_callers_thread(monitor_factory):

@@ -195,3 +195,11 @@ def build_wheel() -> Any:
         return wheel
 
     return build
+
+
+@pytest.fixture
+def stdlib_venv(tmp_path: Path) -> Venv:
+    """An empty venv made as a user makes one, ``python3 -m venv`` (with its own pip, no uv)."""
+    path = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(path)], check=True)
+    return Venv(path)

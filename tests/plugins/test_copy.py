@@ -259,3 +259,28 @@ def test_a_tag_by_tag_source_is_copied_one_row_per_step_into_wandb(tag_by_tag, t
     assert [step for step, _, _ in history(copied)] == list(range(500))
     assert sorted(wandb_monitor.read_rows(copied)) == sorted(
         tensorboard_monitor.read_rows(tag_by_tag))
+
+
+def test_the_report_says_which_config_values_changed_type(tmp_path, capsys):
+    """"5 of 5 keys arrived" hid TensorBoard's HParams storing an int as a float and a list as
+    its text: the count stays (every key is there), and the changes are named."""
+    config = {"epochs": 3, "layers": [64, 32], "lr": 0.1, "opt": "adam", "flag": True}
+    with Monitor(["csv"], project="types", name="src", log_dir=tmp_path, config=config,
+                 dispatch="sync") as monitor:
+        monitor.log({"loss": 1.0}, step=0)
+    assert cli.main(["copy", "csv", "tensorboard", "--project", "types", "--name", "src",
+                     "--log-dir", str(tmp_path), "--to-name", "dst"]) == 0
+    line = next(line for line in capsys.readouterr().out.splitlines()
+                if line.startswith("config:"))
+    assert line == ("config: 5 of 5 keys arrived, 2 of them changed by tensorboard: "
+                    "epochs 3 (int) -> 3.0 (float); layers [64, 32] (list) -> '[64, 32]' (str)")
+
+
+def test_changed_values_compares_types_not_only_equality():
+    from core_monitor.copying import changed_values
+
+    sent = {"a": 1, "b": 1.0, "c": True, "d": (1, 2), "e": {"x": 1}, "f": float("nan"), "g": "s"}
+    stored = {"a": 1.0, "b": 1.0, "c": 1, "d": [1, 2], "e": {"x": "1"}, "f": float("nan")}
+    assert changed_values(sent, stored) == [
+        "a 1 (int) -> 1.0 (float)", "c True (bool) -> 1 (int)",
+        "e {'x': 1} (dict) -> {'x': '1'} (dict)"]

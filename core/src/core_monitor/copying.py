@@ -248,6 +248,34 @@ def _calls(points: list[tuple[str, int, Any]]) -> list[tuple[int, dict[str, Any]
     return [(step, call) for step in sorted(by_step) for call in by_step[step]]
 
 
+def changed_values(sent: Mapping[str, Any], stored: Mapping[str, Any]) -> list[str]:
+    """``key: value (type) -> value (type)`` for each key of ``sent`` that ``stored`` holds with
+    another type or value (an int stored as a float, a list as its text), in key order.
+
+    A tracker's config store may keep only some types (MLflow's params are text, for one):
+    the copy arrived, but not as it was given, and the report says so. A list and a tuple
+    count as the same type (readers give back lists); an int equal to a float does not.
+    """
+    found = []
+    for key in sorted(k for k in sent if k in stored):
+        before, after = sent[key], stored[key]
+        if _same_config_value(before, after):
+            continue
+        found.append(f"{key} {before!r} ({type(before).__name__}) -> {after!r} "
+                     f"({type(after).__name__})")
+    return found
+
+
+def _same_config_value(a: Any, b: Any) -> bool:
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(map(_same_config_value, a, b))
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        return a.keys() == b.keys() and all(_same_config_value(a[k], b[k]) for k in a)
+    if type(a) is not type(b):
+        return False
+    return bool(a == b) or (isinstance(a, float) and a != a and b != b)  # NaN == NaN here
+
+
 def _unstorable_text(why: str, dest: str) -> str:
     return f"; not sent, as {dest} cannot store them: {why}" if why else ""
 
@@ -318,6 +346,10 @@ def _verify(report: CopyReport, to: RunInfo, dest: str, dest_options: Mapping[st
     missing_keys = sorted(k for k in config if k not in stored_config)
     report.config = (len(config), len(config) - len(missing_keys))
     line = f"config: {report.config[1]} of {len(config)} keys arrived"
+    changed = changed_values(config, stored_config)
+    if changed:
+        line += (f", {len(changed)} of them changed by {dest}: " + "; ".join(changed[:5])
+                 + (f" and {len(changed) - 5} more" if len(changed) > 5 else ""))
     if missing_keys:
         line += f"; missing: {', '.join(missing_keys[:5])}"
     if report.config_skipped:

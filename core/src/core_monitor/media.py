@@ -284,30 +284,37 @@ class MediaRoutes:
         return whether any of them stores any item (then the core sends them all: each hook
         takes its own kinds).
 
-        A kind a backend does not store is reported once per (backend, kind) as a
-        ``BackendWarning``, then only counted in ``skipped``. Not a failure.
+        The kinds a backend does not store are reported once per (backend, kind), in one
+        one-line ``BackendWarning`` per call naming every such backend, then only counted in
+        ``skipped``. Not a failure.
         """
         wanted = False
+        new: dict[str, list[str]] = {}  # backend -> kinds first skipped in this call
         for name in names:
             kinds = self.kinds[name]
             for item in items:
                 if item.value.kind in kinds:
                     wanted = True
-                else:
-                    self._skip(name, item)
+                elif self._skip(name, item):
+                    new.setdefault(name, []).append(item.value.kind)
+        if new:
+            parts = "; ".join(f"backend {name!r} does not store {' or '.join(kinds)} media "
+                              f"(it declares media_kinds = {sorted(self.kinds[name])})"
+                              for name, kinds in new.items())
+            warnings.warn(
+                f"{parts}: values of those kinds are not sent to those backends, now or later "
+                "(the other backends store them); Monitor.media_skipped counts them",
+                BackendWarning, stacklevel=caller_level())
         return wanted
 
-    def _skip(self, name: str, item: MediaItem) -> None:
+    def _skip(self, name: str, item: MediaItem) -> bool:
+        """Count ``item`` as skipped for ``name``; whether it is the first of its kind."""
         key = (name, item.value.kind)
         self.skipped[key] = self.skipped.get(key, 0) + 1
-        if key not in self._told:
-            self._told.add(key)
-            warnings.warn(
-                f"backend {name!r} does not store {item.value.kind} media (its class "
-                f"declares media_kinds = {sorted(self.kinds[name])}): {item.tag!r} "
-                "and later values of that kind are not sent to it (the other backends store "
-                "them); Monitor.media_skipped counts them", BackendWarning,
-                stacklevel=caller_level())
+        if key in self._told:
+            return False
+        self._told.add(key)
+        return True
 
 
 def _only_kinds(hook: Callable[..., Any], kinds: frozenset[str]) -> Callable[..., Any]:

@@ -60,6 +60,10 @@ class TestAimContract(MonitorContract):
     def read_media(self, repo: str):
         return functools.partial(aim_monitor.read_media, repo=repo)
 
+    @pytest.fixture
+    def read_crash(self, repo: str):
+        return functools.partial(aim_monitor.read_crash, repo=repo)
+
 
 def test_the_entry_points_name_the_backend_and_its_reader() -> None:
     (found,) = entry_points(group="experiment_monitors", name="aim")
@@ -106,6 +110,21 @@ def test_aims_own_api_and_ours_read_back_alike(tmp_path: Path, repo: str) -> Non
     assert seen["ours"][5] == [0, 10, 20, 2**40]
     assert repr(read_rows(RunInfo(project="p", name="theirs", log_dir=tmp_path))) == repr(
         read_rows(monitor.run))
+
+
+@pytest.mark.parametrize("dispatch", ["process", "thread"])
+def test_a_closed_run_is_seen_finished_by_aims_own_api(tmp_path: Path, repo: str,
+                                                        dispatch: str) -> None:
+    """Aim's SDK leaves a closed run out of ``aim.Repo`` until ``aim up`` or ``aim storage
+    reindex`` indexes it; the backend indexes its run at close, so nothing else is needed."""
+    from aim import Repo
+
+    with Monitor(["aim"], project="p", name="seen", log_dir=tmp_path,
+                 dispatch=dispatch) as monitor:
+        monitor.log({"loss": 1.0}, step=3)
+    found = [(run.name, run.experiment, run.end_time is not None)
+             for run in Repo(repo).iter_runs()]
+    assert found == [("seen", "p", True)]
 
 
 def test_a_step_logged_again_is_a_second_segment_in_aim(tmp_path: Path, repo: str) -> None:

@@ -59,6 +59,7 @@ from mlflow_monitor import (
     storage,
     unescape_key,
 )
+from mlflow_monitor.reader import read_crash
 
 #: What the server process sees besides this process's (offline, SDK folders in a temp dir).
 SERVER_ENV = {
@@ -186,6 +187,10 @@ class TestMlflowServerContract(MonitorContract):
     def read_media(self, mlflow_server):
         return functools.partial(read_media, tracking_uri=mlflow_server.uri)
 
+    @pytest.fixture
+    def read_crash(self, mlflow_server):
+        return functools.partial(read_crash, tracking_uri=mlflow_server.uri)
+
 
 class TestMlflowSqliteContract(MonitorContract):
     @pytest.fixture
@@ -207,6 +212,10 @@ class TestMlflowSqliteContract(MonitorContract):
     @pytest.fixture
     def read_media(self, sqlite_uri):
         return functools.partial(read_media, tracking_uri=sqlite_uri)
+
+    @pytest.fixture
+    def read_crash(self, sqlite_uri):
+        return functools.partial(read_crash, tracking_uri=sqlite_uri)
 
 
 @pytest.fixture
@@ -685,8 +694,10 @@ def test_a_hung_server_delays_a_call_by_at_most_the_bound_and_close_returns(
     reported = [str(w.message) for w in caught if issubclass(w.category, BackendWarning)]
     assert len(reported) == 2, reported  # the failure, once; the undelivered count at close
     assert "2 scalar(s)" in reported[1]
-    assert FAST_FAIL["request_timeout"] <= flushing < bound + 2.0  # + connection set-up slack
-    assert closing < 1.0
+    # The bound, plus room for a loaded machine (a CPU hog on every core): far below the four
+    # minutes MLflow's own limits would retry for, so a missed bound still fails.
+    assert FAST_FAIL["request_timeout"] <= flushing < bound + 10.0
+    assert closing < 10.0
 
 
 def test_a_media_request_to_a_hung_server_fails_once_and_everything_after_is_counted(

@@ -19,6 +19,7 @@ from swanlab_monitor import (
     read_media,
     read_rows,
 )
+from swanlab_monitor.reader import read_crash
 from swanlab_monitor.steps import StepSet
 from swanlab_monitor.storage import key_of, tag_of
 
@@ -32,6 +33,7 @@ class TestSwanlabContract(MonitorContract):
     read_rows = staticmethod(read_rows)
     read_config = staticmethod(read_config)
     read_media = staticmethod(read_media)
+    read_crash = staticmethod(read_crash)
 
 
 def test_the_entry_points_name_the_backend_and_its_reader():
@@ -139,3 +141,38 @@ def test_step_set_keeps_ranges_and_refuses_a_step_it_holds():
     steps = StepSet()
     assert [steps.add(s) for s in (0, 1, 2, 5, 3, 4, 2, 9)] == [True] * 6 + [False, True]
     assert len(steps) == 2  # [0, 5] and [9, 9]
+
+
+@pytest.fixture
+def without_dashboard():
+    import importlib.util
+
+    if importlib.util.find_spec("swanboard") is not None:
+        pytest.skip("swanlab[dashboard] is installed: local mode works here")
+
+
+def test_local_mode_without_the_dashboard_is_refused_at_monitor(tmp_path, without_dashboard):
+    """SwanLab itself starts such a run and fails only when it finishes (at close)."""
+    from core_monitor import ConfigError
+
+    with pytest.raises(ConfigError, match=r"mode='local' needs SwanLab's dashboard package.*"
+                                          r"pip install \"swanlab\[dashboard\]\""):
+        Monitor(["swanlab"], project="p", name="r", log_dir=tmp_path, swanlab={"mode": "local"})
+    assert not (tmp_path / "swanlog").exists()
+
+
+def test_monitors_list_check_names_the_dashboard_under_swanlab_mode_local(tmp_path,
+                                                                          without_dashboard):
+    import os
+    import subprocess
+    import sys
+
+    monitors = Path(sys.executable).parent / "monitors"
+    done = subprocess.run([str(monitors), "list", "--check"], capture_output=True, text=True,
+                          cwd=tmp_path, env={**os.environ, "SWANLAB_MODE": "local",
+                                             "EXPERIMENT_MONITORS_DISABLE": "aim,clearml,comet,"
+                                             "dvclive,mlflow,trackio,tensorboard,wandb"},
+                          timeout=300)
+    row = next(line for line in done.stdout.splitlines() if line.startswith("swanlab"))
+    assert 'SWANLAB_MODE=local needs SwanLab\'s dashboard package' in row
+    assert 'pip install "swanlab[dashboard]"' in row

@@ -2,9 +2,9 @@
 
 One backend raising never stops the others: they still get the call, the failure is counted
 (``Policy.failures``), and without ``strict`` the first failure of a backend is reported once
-(a ``BackendWarning`` and an error on the ``core_monitor`` logger), the later ones only
-counted; with ``strict`` the first exception is re-raised on the caller's thread once every
-backend got the call.
+(a one-line ``BackendWarning``, an error on the ``core_monitor`` logger where logging is
+configured, the traceback at DEBUG), the later ones only counted; with ``strict`` the first
+exception is re-raised on the caller's thread once every backend got the call.
 
 A backend called away from the caller's thread (a worker thread, a writer process) fails
 there: the failure is counted and logged at once, and reported (the ``BackendWarning``, or the
@@ -55,7 +55,7 @@ class Policy:
             return
         if count == 0:
             message = failure_message(name, hook, error)
-            logger.error(message, exc_info=error)
+            log_failure(message, error)
             warnings.warn(message, BackendWarning, stacklevel=caller_level())
 
     def failed_elsewhere(self, name: str, hook: str, error: BaseException, where: str) -> None:
@@ -68,7 +68,7 @@ class Policy:
                 self.reports.append(("failure", name, hook, error))
             return
         if count == 0:
-            logger.error(failure_message(name, hook, error), exc_info=error)
+            log_failure(failure_message(name, hook, error), error)
             self.reports.append(("failure", name, hook, error))
 
     def warn_later(self, message: str, category: type[Warning]) -> None:
@@ -102,6 +102,15 @@ class Policy:
         error, self._pending = self._pending, None
         if error is not None:
             raise error
+
+
+def log_failure(message: str, error: BaseException) -> None:
+    """Log a backend's failure: ``message`` (one line) as an error on the ``core_monitor``
+    logger where logging is configured (without a handler, Python would print it beside the
+    ``BackendWarning`` that already says it), the traceback (the writer's too) at DEBUG."""
+    if logger.hasHandlers():
+        logger.error(message)
+    logger.debug("the traceback of: %s", message, exc_info=error)
 
 
 def failure_message(name: str, hook: str, error: BaseException) -> str:

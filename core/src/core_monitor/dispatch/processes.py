@@ -77,7 +77,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib.metadata
 import logging
 import mmap
 import os
@@ -94,9 +93,8 @@ import time
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from .. import hookspecs
-from ..compat import packages_distributions
 from ..errors import WriterDied
+from ..plugins import installed_plugins, packages_distributions
 from ..run import RunInfo
 from . import wire
 from .channel import FULL, GONE, ROOM, BackendSpec, Channel
@@ -135,6 +133,10 @@ class WriterChannel(Channel):
         capacity: ``queue_size``: the data pipe holds ``capacity`` KiB (``BYTES_PER_CALL``).
         index: its place among the monitor's writers (the suffix of its spool links).
         spool: the spool folder (``WriterHost.spool``).
+        journal: ``(the run's journal folder, the seq of the first call it gets)``: the
+            writer moves the backend's cursor (``core_monitor.journal``); a third item, a
+            writer started again (``WriterHost.relaunch``): the seq it first reads from the
+            journal; ``None``: no journal.
 
     Attributes:
         name: the backend's name.
@@ -155,8 +157,10 @@ class WriterChannel(Channel):
     kind: ClassVar[str] = "process"
 
     def __init__(self, spec: BackendSpec, run: RunInfo, capacity: int, index: int,
-                 spool: str) -> None:
+                 spool: str, journal: tuple[str, int] | tuple[str, int, int] | None = None,
+                 ) -> None:
         super().__init__(spec.name)
+        self.spec, self.run, self.capacity = spec, run, capacity  # to start it again
         self.full = f"its pipe is full (queue_size={capacity})"
         self.sending = True  # among the fan-out's live writers (the pipe is written to)
         self.marker = 0  # the last flush marker sent
@@ -169,7 +173,7 @@ class WriterChannel(Channel):
         self.ending: str | None = None  # why the writer said it ends by itself, if it did
         self.changed = threading.Condition()
         start = wire.encode(("start", spec.cls.__module__, spec.cls.__qualname__, spec.name,
-                             run, dict(spec.options), spool, index))
+                             run, dict(spec.options), spool, index, journal))
         data_read, self.fd = os.pipe()
         control_read, self.control_fd = os.pipe()
         self.reply_fd, reply_write = os.pipe()
@@ -269,9 +273,12 @@ class WriterChannel(Channel):
         ``on_full`` says: ``"block"`` waits while the writer lives; ``"drop"`` waits while it
         is still starting (what is logged behind ``Monitor(wait=False)`` is never dropped),
         then gives a writer not stuck inside a hook ``DROP_GRACE_SECONDS``; ``FULL`` after
-        that, ``GONE`` when the process ended."""
+        that, ``GONE`` when the process ended. ``"detach"`` (a backend with a budget) waits
+        for nothing: ``FULL`` at once."""
         if self.room(size):
             return ROOM
+        if on_full == "detach":
+            return FULL if self.process.poll() is None else GONE
         if on_full == "block":
             if self.wait_room(size, None):
                 return ROOM
@@ -403,12 +410,17 @@ class WriterHost:
         self.writers: list[WriterChannel] = []
         self.spool: str | None = None
         self.waited = True
+        #: A writer died since the fan-out last looked (set by the reply thread).
+        self.died = False
         self._spools = 0  # spool files written (their names)
         self._selector: selectors.BaseSelector | None = None
         self._reader: threading.Thread | None = None
 
-    def launch(self, specs: Sequence[BackendSpec], run: RunInfo, capacity: int) -> None:
-        """Start every writer of ``specs`` at once, and the thread reading their replies.
+    def launch(self, specs: Sequence[BackendSpec], run: RunInfo,
+               capacity: int | dict[str, int], journal: tuple[str, int] | None = None) -> None:
+        """Start every writer of ``specs`` at once, and the thread reading their replies
+        (``capacity``: one for all, or per backend name; ``journal``: as ``WriterChannel``
+        takes it).
 
         Raises:
             OSError: a pipe or a process could not be made (the caller stops what started).
@@ -418,13 +430,35 @@ class WriterHost:
         self._selector = selectors.DefaultSelector()
         self.spool = tempfile.mkdtemp(prefix="core_monitor-spool-", dir=_spool_root())
         for index, spec in enumerate(specs):
-            writer = WriterChannel(spec, run, capacity, index, self.spool)
+            writer = WriterChannel(spec, run, capacity if isinstance(capacity, int)
+                                   else capacity[spec.name], index, self.spool, journal)
             self.writers.append(writer)
             self._selector.register(writer.reply_fd, selectors.EVENT_READ, (writer, "reply"))
             self._selector.register(writer.output_fd, selectors.EVENT_READ, (writer, "output"))
         self._reader = threading.Thread(target=self._read_replies, daemon=True,
                                         name="core_monitor:replies")
         self._reader.start()
+
+    def relaunch(self, dead: WriterChannel, journal: tuple[str, int, int]) -> WriterChannel:
+        """Start a writer again in place of ``dead`` (its process ended), for the same backend,
+        run and spool links; ``journal``: ``(folder, the seq of the first call its pipe gets,
+        the seq it first reads from the journal: its backend's cursor)``. Its replies are
+        read by the reply thread (started again when it had ended).
+
+        Raises:
+            OSError: a pipe or the process could not be made.
+        """
+        assert self.spool is not None and self._selector is not None
+        writer = WriterChannel(dead.spec, dead.run, dead.capacity, dead.index, self.spool,
+                               journal)
+        self.writers[self.writers.index(dead)] = writer
+        self._selector.register(writer.reply_fd, selectors.EVENT_READ, (writer, "reply"))
+        self._selector.register(writer.output_fd, selectors.EVENT_READ, (writer, "output"))
+        if self._reader is None or not self._reader.is_alive():
+            self._reader = threading.Thread(target=self._read_replies, daemon=True,
+                                            name="core_monitor:replies")
+            self._reader.start()
+        return writer
 
     def spool_name(self) -> str:
         """The name of the next spool file."""
@@ -438,7 +472,7 @@ class WriterHost:
         on to this process's ``sys.stderr``), until every writer ended."""
         selector = self._selector
         assert selector is not None
-        frames = {writer.reply_fd: wire.Frames() for writer in self.writers}
+        frames: dict[int, wire.Frames] = {}
         while selector.get_map():
             for key, _ in selector.select():
                 writer, kind = key.data
@@ -455,7 +489,7 @@ class WriterHost:
                 if kind == "output":
                     _pass_on(chunk)
                     continue
-                frames[key.fd].feed(chunk)
+                frames.setdefault(key.fd, wire.Frames()).feed(chunk)
                 for message in frames[key.fd]:
                     self._on_reply(writer, message)
 
@@ -497,6 +531,8 @@ class WriterHost:
         with writer.changed:
             writer.dead = not writer.stopping and writer.ready is True
             writer.changed.notify_all()
+        if writer.dead:
+            self.died = True  # the fan-out may start it again (``relaunch``)
         if not self.waited and not writer.stopping and writer.ready is None:
             error = WriterDied("WriterDied", f"backend {writer.name!r}: its writer process "
                                f"ended while starting ({writer.exit_description()})")
@@ -532,9 +568,17 @@ class WriterHost:
                     starting.append(writer.name)  # module docstring: it goes on by itself
                     continue
                 writer.stop_now()
-                lost[writer.name] = lost.get(writer.name, 0) + writer.pending(sent)
-                logger.error("backend %r: its writer process did not finish within "
-                             "close(timeout=%s) and was killed", writer.name, timeout)
+                pending = writer.pending(sent)
+                if pending:
+                    lost[writer.name] = lost.get(writer.name, 0) + pending
+                    logger.error("backend %r: its writer process did not finish within "
+                                 "close(timeout=%s) and was killed", writer.name, timeout)
+                else:  # every call was written: only the SDK's own finish was cut short
+                    logger.warning(
+                        "backend %r: every call was written, nothing logged was lost; its "
+                        "writer process was still finishing the run in its SDK when "
+                        "close(timeout=%s) ran out and was stopped (the run may not be marked "
+                        "finished)", writer.name, timeout)
         if starting:
             logger.warning(
                 "backend(s) %s: the writer process was still starting when close(timeout=%s) "
@@ -707,8 +751,8 @@ def writable(fds: list[int]) -> Any:
 def _installed_packages() -> frozenset[str]:
     """Top-level packages of installed distributions, and of the modules their backend entry
     points name (an editable install's package is found that way)."""
-    named = {ep.value.split(":")[0].split(".")[0]
-             for ep in importlib.metadata.entry_points(group=hookspecs.PROJECT_NAME)}
+    named = {plugin.target.split(":")[0].split(".")[0]
+             for claims in installed_plugins().values() for plugin in claims if plugin.target}
     return frozenset(packages_distributions()) | named
 
 

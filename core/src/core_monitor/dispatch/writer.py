@@ -63,6 +63,7 @@ from collections import deque
 from typing import Any
 
 from ..events import Batch
+from ..journal import CLOSE, START, calls, hold, write_cursor
 from ..media import MediaRoutes
 from ..resume import backend_state
 from . import wire
@@ -155,6 +156,12 @@ class Writer:
         self.index = 0  # this writer's place in start order: the suffix of its spool links
         self.spool_read = 0  # bytes of spool files read (wire.SPOOL_READ_AT)
         self.orphaned = False  # the training process died: nobody else removes the spool
+        # The run's journal (``core_monitor.journal``): this writer moves its backend's
+        # cursor to ``base`` + the calls handled, after a flush or close that raised nothing,
+        # never past ``cap`` (the first call it did not get, or the first that raised).
+        self.journal: str | None = None
+        self.base = 0
+        self.cap: int | None = None
 
     # Replies -----------------------------------------------------------------------------
 
@@ -292,7 +299,13 @@ class Writer:
         message = self.read_start()
         if message is None:
             return False
-        _, module, qualname, name, run, options, self.spool, self.index = message
+        _, module, qualname, name, run, options, self.spool, self.index, journal = message
+        since = None
+        if journal is not None:
+            self.journal, self.base, *replay = journal
+            since = replay[0] if replay else None
+            with contextlib.suppress(OSError):  # held until this process ends: no sync beside
+                hold(self.journal, name)
         try:
             cls: Any = importlib.import_module(module)
             for part in qualname.split("."):
@@ -304,7 +317,19 @@ class Writer:
             return False
         self.backend = backend
         self.reply("ready", {"state": backend_state(backend.instance)})
+        if since is not None and since < self.base:
+            self.replay(since)
         return True
+
+    def replay(self, since: int) -> None:
+        """A writer started again after its predecessor died: hand the backend the journal's
+        calls from its cursor ``since`` up to the first call its pipe brings (``base``)."""
+        assert self.journal is not None
+        for seq, hook, kwargs in calls(self.journal, since):
+            if seq >= self.base:
+                break
+            if hook not in (START, CLOSE) and not self.call(hook, kwargs):
+                self.capped(seq)
 
     # The main loop ------------------------------------------------------------------------
 
@@ -322,7 +347,11 @@ class Writer:
                     hook, kwargs = value
                     if hook == "stop":
                         return kwargs.get("reason")
-                    self.call("monitor_flush", {})
+                    if hook == "gap":
+                        self.capped(kwargs["seq"])
+                        continue
+                    if self.call("monitor_flush", {}):
+                        self.confirm()
                     self.reply("flushed", kwargs["marker"], self.handled)
                 elif value is not None:  # "end", None is only the end of DATA
                     return value
@@ -350,25 +379,46 @@ class Writer:
         except Exception as error:
             self.reply("failed", "monitor_write", wire.exception_parts(error))
             call = ("", {})  # no backend has a hook of that name
+            self.capped(self.base + self.handled)  # this call's seq: not delivered
         self.spool_read += spooled["bytes"]
         if self.shared is not None:
             SPOOL_READ.pack_into(self.shared, SPOOL_READ_AT, self.spool_read)
         return call
 
-    def call(self, hook: str, kwargs: dict[str, Any]) -> None:
-        """Call the backend's ``hook``; a failure is replied, never raised."""
+    def capped(self, seq: int) -> None:
+        """The cursor never passes ``seq`` (a call not delivered)."""
+        self.cap = seq if self.cap is None else min(self.cap, seq)
+
+    def confirm(self) -> None:
+        """Move the backend's cursor past every call handled (the backend's flush or close
+        just returned without raising); never past ``cap``. A cursor that cannot be written
+        is left as it was (``monitors sync`` delivers those calls again)."""
+        if self.journal is None or self.backend is None:
+            return
+        seq = self.base + self.handled
+        with contextlib.suppress(OSError):
+            write_cursor(self.journal, self.backend.name,
+                         seq if self.cap is None else min(seq, self.cap))
+
+    def call(self, hook: str, kwargs: dict[str, Any]) -> bool:
+        """Call the backend's ``hook``; a failure is replied, never raised. Whether it
+        returned without raising (or the backend lacks it)."""
         assert self.backend is not None
         function = self.backend.hooks.get(hook)
         if function is None:
-            return
+            return True
         shared = self.shared
         if shared is not None:
             BUSY_SINCE.pack_into(shared, 24, time.monotonic())
             shared[0] = 1
         try:
             function(**kwargs)
+            return True
         except Exception as error:
+            if hook not in ("monitor_flush", "monitor_close"):
+                self.capped(self.base + self.handled - 1)  # this call's seq
             self.reply("failed", hook, wire.exception_parts(error))
+            return False
         finally:
             if shared is not None:
                 shared[0] = 0
@@ -376,10 +426,11 @@ class Writer:
 
     def finish(self, crash: str | None) -> None:
         """Flush, report a crash (``monitor_crash``), close; reply closed."""
-        self.call("monitor_flush", {})
+        flushed = self.call("monitor_flush", {})
         if crash:
             self.call("monitor_crash", {"reason": crash})
-        self.call("monitor_close", {})
+        if self.call("monitor_close", {}) and flushed:
+            self.confirm()
         self.leave_spool()
         self.reply("closed", self.handled)
 

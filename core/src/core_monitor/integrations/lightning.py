@@ -24,7 +24,7 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import Logger
 
 from ..errors import ConfigError
-from ..monitor import Monitor
+from ..monitor import URL, Monitor
 from ._common import loggable
 from ._runs import LazyRun
 from .step_time import StepClock, step_time_prefix
@@ -33,6 +33,8 @@ __all__ = ["DEFAULT_PROJECT", "MonitorLogger"]
 
 #: The project when none is given: the name Lightning's built-in loggers default to.
 DEFAULT_PROJECT = "lightning_logs"
+#: The backends that write a remote ``save_dir`` (an fsspec URL) through their ``run_dir``.
+REMOTE_BACKENDS = ("csv", "tensorboard")
 
 
 def _running_trainer() -> tuple[Any, bool]:
@@ -107,6 +109,14 @@ class _StepTimer(Callback):
         self.clock.reset()
 
 
+def _remote(folder: str | os.PathLike[str] | None) -> str | None:
+    """``folder`` when it is a URL (fsspec's ``protocol://path``), else ``None``."""
+    if folder is None:
+        return None
+    text = os.fspath(folder)
+    return text if URL.match(text) else None
+
+
 class MonitorLogger(Logger):
     """A Lightning ``Logger`` that logs through one ``core_monitor.Monitor``.
 
@@ -153,7 +163,11 @@ class MonitorLogger(Logger):
         prefix: put before every metric key, joined with ``"-"``, as every built-in logger's
             ``prefix`` (``prefix="fold1"``: ``fold1-train_loss``); default none.
         save_dir: Lightning's name for ``log_dir`` (``str`` or path; give one of them); default:
-            the ``Trainer``'s ``default_root_dir``.
+            the ``Trainer``'s ``default_root_dir``. An fsspec URL (``s3://bucket/runs``,
+            ``memory://runs``), as ``CSVLogger`` and ``TensorBoardLogger`` take one: the csv
+            and tensorboard backends write ``<save_dir>/<project>/<run name>`` there through
+            fsspec (install ``fsspec``, e.g. ``csv-monitor[remote]``, and the filesystem's
+            package, e.g. s3fs); any other backend is a ``ConfigError`` naming it.
         default_hp_metric: write ``hp_metric = -1`` at step 0 at the first ``log_hyperparams``
             without ``metrics`` (``TensorBoardLogger``'s ``default_hp_metric``, default
             ``True``).
@@ -192,7 +206,11 @@ class MonitorLogger(Logger):
             raise ConfigError(f"MonitorLogger: save_dir={str(save_dir)!r} and log_dir="
                               f"{str(log_dir)!r} name the same folder (Lightning's and "
                               "Monitor's name for it): give one of them")
-        if save_dir is not None:
+        #: ``save_dir`` given as a URL (``s3://...``, ``memory://...``): only csv writes there.
+        self._remote_dir = _remote(save_dir if save_dir is not None else log_dir)
+        if self._remote_dir is not None:
+            monitor_kwargs.pop("log_dir", None)
+        elif save_dir is not None:
             monitor_kwargs["log_dir"] = save_dir
         self._prefix = prefix
         timed = step_time_prefix(step_time, "MonitorLogger")
@@ -204,6 +222,35 @@ class MonitorLogger(Logger):
         self._runs = LazyRun(backends, project=project, name=name, source="MonitorLogger",
                              **monitor_kwargs)
         self._warned: set[str] = set()
+        if self._remote_dir is not None:
+            self._write_remotely(backends, self._remote_dir)
+
+    def _write_remotely(self, backends: Sequence[str | type] | str | None, url: str) -> None:
+        """Send the run to ``<url>/<project>/<run name>`` (``CSVLogger``'s and
+        ``TensorBoardLogger``'s folder under a remote ``save_dir``) through the ``run_dir`` of
+        the csv and tensorboard backends; any other backend cannot write to a URL:
+        ``ConfigError`` naming it."""
+        names = [backends] if isinstance(backends, str) else list(backends or [])
+        if not names:
+            raise ConfigError(f"MonitorLogger: save_dir={url!r} is a URL; name the backends, "
+                              "e.g. MonitorLogger(['csv'], save_dir=...): only csv and "
+                              "tensorboard write to a URL (through fsspec, as Lightning's "
+                              "CSVLogger and TensorBoardLogger)")
+        for backend in names:
+            label = backend if isinstance(backend, str) else getattr(backend, "__name__", "?")
+            if backend not in REMOTE_BACKENDS:
+                raise ConfigError(
+                    f"MonitorLogger: backend {label!r} cannot write to save_dir={url!r} (a "
+                    "URL): only csv and tensorboard write to a remote folder (through fsspec, "
+                    "as Lightning's CSVLogger and TensorBoardLogger); give a local save_dir, "
+                    f"or leave {label!r} out and log it with a second MonitorLogger that has a "
+                    "local save_dir")
+        kwargs = self._runs.monitor_kwargs
+        for backend in map(str, names):
+            options = dict(kwargs.get(backend) or {})
+            options.setdefault("run_dir",
+                               f"{url.rstrip('/')}/{self._runs.project}/{self._runs.name}")
+            kwargs[backend] = options
 
     @property
     def experiment(self) -> Monitor:
@@ -239,6 +286,8 @@ class MonitorLogger(Logger):
         """The folder the local backends write under (``trainer.log_dir``): ``save_dir`` or
         ``log_dir`` as given, else the ``default_root_dir`` of the ``Trainer`` running (also
         before the run starts), else ``None`` outside a ``Trainer``."""
+        if self._remote_dir is not None:
+            return self._remote_dir
         log_dir = self._runs.monitor_kwargs.get("log_dir")
         if log_dir is None:
             trainer, _ = _running_trainer()
@@ -285,12 +334,13 @@ class MonitorLogger(Logger):
         self.experiment.log(loggable(metrics, self._warned, "MonitorLogger", text=False),
                             step=step)
 
-    def log_hyperparams(self, params: Mapping[str, Any] | Namespace,
+    def log_hyperparams(self, params: Mapping[str, Any] | Namespace | None = None,
                         metrics: Mapping[str, Any] | float | None = None,
                         step: int | None = None) -> None:
-        """Store hyperparameters (a ``dict`` or ``argparse.Namespace``) in every backend's run
-        config (flattened with ``.``, JSON-safe; see the class docstring for tensors): into the
-        open run, or kept for the run that starts at the first metric.
+        """Store hyperparameters (a ``dict`` or ``argparse.Namespace``; ``None``, the default
+        of ``CSVLogger.log_hyperparams``: none) in every backend's run config (flattened with
+        ``.``, JSON-safe; see the class docstring for tensors): into the open run, or kept for
+        the run that starts at the first metric.
 
         ``metrics`` as ``TensorBoardLogger`` takes them: a mapping, or one number meaning
         ``{"hp_metric": number}``; stored as scalars at ``step`` (``None``: 0, where
@@ -300,7 +350,8 @@ class MonitorLogger(Logger):
         process that only logs hyperparameters still starts no run)."""
         if isinstance(params, Namespace):
             params = vars(params)
-        self._runs.log_config(_tensorboard_params(params))
+        if params:
+            self._runs.log_config(_tensorboard_params(params))
         step = 0 if step is None else step
         if metrics is not None:  # metrics given: stored now, as log_metrics (starts the run)
             if not isinstance(metrics, Mapping):

@@ -7,15 +7,14 @@ repository's *index* (``.aim/meta/index``), which only Aim's UI server (``aim up
 (``aim storage reindex``, ``aim runs``) fill, through ``aim.sdk.index_manager.RepoIndexManager``.
 A run written by the SDK alone is therefore invisible to ``aim.Repo`` until one of those has
 run. ``index_runs`` does what ``aim up``'s indexing thread does for each run, once, in the
-reading process: ``RepoIndexManager(repo).index(run_hash)``.
+reading process and for its own run at close: ``RepoIndexManager(repo).index(run_hash)``.
 """
 
 from __future__ import annotations
 
 import inspect
+from collections.abc import Sequence
 from typing import Any
-
-from core_monitor.compat import require_sdk
 
 #: The Aim versions this plugin is tested with (``nox -s lowest`` runs the lowest, ``nox -s
 #: newest`` the newest on the index). The install requirement names only the lowest; outside
@@ -26,10 +25,6 @@ TESTED = "aim>=3.29.1,<3.30"
 #: capture, no system params).
 RUN_ARGUMENTS = ("repo", "experiment", "system_tracking_interval", "log_system_params",
                  "capture_terminal_logs")
-
-# The SDK is imported only when a backend is built, but must be there for the plugin to load.
-require_sdk("aim", "aim-monitor")
-
 
 def problems() -> list[str]:
     """Import Aim; what it lacks of what this plugin uses (``[]``: nothing)."""
@@ -50,13 +45,15 @@ def problems() -> list[str]:
     return found
 
 
-def index_runs(path: str) -> None:
-    """Index every run of the Aim repository at ``path`` as ``aim up`` does, so that
+def index_runs(path: str, run_hashes: Sequence[str] | None = None) -> None:
+    """Index runs of the Aim repository at ``path`` as ``aim up`` does, so that
     ``aim.Repo(path)`` queries see runs written by the SDK alone (finished
-    or still being written).
+    or still being written). The backend indexes its run once closed, so a finished run is
+    seen by ``aim.Repo`` with no ``aim up`` or ``aim storage reindex``.
 
     Args:
         path: the repository's folder (the one holding ``.aim``).
+        run_hashes: the runs to index; ``None``: every run of the repository.
 
     Raises:
         aimrocks.errors.RocksIOError: the repository cannot be read.
@@ -68,7 +65,7 @@ def index_runs(path: str) -> None:
     manager: Any = None
     try:
         manager = RepoIndexManager(repo)  # a new one: the pooled one caches old reads
-        for run_hash in repo.list_all_runs():
+        for run_hash in repo.list_all_runs() if run_hashes is None else run_hashes:
             manager.index(run_hash)
     finally:
         # Its watchdog observers hold an inotify instance each from construction, never

@@ -249,14 +249,8 @@ class MlflowMonitor:
                              default=None)
         return runs[0].info.run_id
 
-    @classmethod
-    def check_sdk(cls) -> list[str]:
-        """Import MLflow; what it lacks of what the plugin uses (``[]``: nothing). The core
-        reports a problem as a ``BackendLoadError`` naming ``tested_sdk``.
-
-        Raises:
-            ImportError: MLflow is not installed.
-        """
+    @staticmethod
+    def check_sdk() -> list[str]:  # the core runs it (core_monitor.sdk): what the SDK lacks
         return _compat.problems()
 
     # Hooks -------------------------------------------------------------------------------------

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from core_monitor import Capabilities, Event, RunInfo, hookimpl
+from core_monitor import Capabilities, ConfigError, Event, RunInfo, hookimpl
 from core_monitor.events import rows_by_step
 from core_monitor.media import MediaItem
 
@@ -88,15 +90,29 @@ class SwanlabMonitor:
     )
 
     @classmethod
+    def check_options(cls, options: Mapping[str, Any]) -> None:
+        """Refuse ``mode="local"`` (given, or ``SWANLAB_MODE=local`` with no ``mode``) when
+        SwanLab's dashboard package is missing: SwanLab would start the run and fail only when
+        it finishes. Run by the core at ``Monitor()``, before SwanLab is imported.
+
+        Raises:
+            ConfigError: naming the mode and ``pip install "swanlab[dashboard]"``.
+        """
+        problem = local_mode_problem(options.get("mode"))
+        if problem is not None:
+            raise ConfigError(f"swanlab: {problem}")
+
+    @classmethod
     def check_sdk(cls) -> list[str]:
-        """What this SwanLab lacks of the internals the plugin uses (``_compat.problems``);
-        run by the core before the backend is first constructed and by ``monitors list
-        --check``.
+        """What this SwanLab lacks of the internals the plugin uses (``_compat.problems``),
+        and of the dashboard package when ``SWANLAB_MODE=local``; run by the core before the
+        backend is first constructed and by ``monitors list --check``.
 
         Raises:
             ImportError: SwanLab is not installed.
         """
-        return _compat.problems()
+        problem = local_mode_problem(None)
+        return [*_compat.problems(), *([problem] if problem is not None else [])]
 
     def __init__(self, run: RunInfo, *,
                  mode: Literal["online", "offline", "local", "disabled"] | None = None,
@@ -190,3 +206,16 @@ class SwanlabMonitor:
 
 if TYPE_CHECKING:  # a type checker proves the class has the shape core-monitor expects
     _shape: type[MediaBackend] = SwanlabMonitor
+
+
+def local_mode_problem(mode: str | None) -> str | None:
+    """Why SwanLab's ``"local"`` mode (``mode``, or ``SWANLAB_MODE`` when ``mode`` is ``None``)
+    cannot work here: its dashboard package (``swanboard``, the extra ``swanlab[dashboard]``)
+    is not installed; ``None`` when it can, or another mode is chosen."""
+    chosen = mode if mode is not None else os.environ.get("SWANLAB_MODE")
+    if chosen != "local" or importlib.util.find_spec("swanboard") is not None:
+        return None
+    source = "mode='local'" if mode is not None else "SWANLAB_MODE=local"
+    return (f"{source} needs SwanLab's dashboard package, which is not installed (SwanLab "
+            "would fail only when the run finishes): pip install \"swanlab[dashboard]\", or "
+            "use mode='offline'")
