@@ -20,12 +20,14 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import Logger
 
 from ..errors import ConfigError
 from ..monitor import URL, Monitor
 from ._common import loggable
 from ._runs import LazyRun
+from .step_time import StepClock, step_time_prefix
 
 __all__ = ["DEFAULT_PROJECT", "MonitorLogger"]
 
@@ -76,6 +78,35 @@ def _tensorboard_params(params: Mapping[str, Any]) -> dict[str, Any]:
                 value = str(value)
         out[key] = value
     return out
+
+
+class _StepTimer(Callback):
+    """Feeds a ``StepClock`` from Lightning's batch hooks: a step is one training batch
+    (``on_train_batch_start`` to ``on_train_batch_end``), its backward pass starts at
+    ``on_before_backward``; validation ends and epoch starts are not waits for data."""
+
+    def __init__(self, clock: StepClock) -> None:
+        self.clock = clock
+
+    def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
+        self.clock.idle()
+
+    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any,
+                             batch_idx: int) -> None:
+        self.clock.start()
+
+    def on_before_backward(self, trainer: Any, pl_module: Any, loss: Any) -> None:
+        self.clock.backward()
+
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        self.clock.end()
+
+    def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
+        self.clock.idle()
+
+    def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+        self.clock.reset()
 
 
 def _remote(folder: str | os.PathLike[str] | None) -> str | None:
@@ -140,11 +171,19 @@ class MonitorLogger(Logger):
         default_hp_metric: write ``hp_metric = -1`` at step 0 at the first ``log_hyperparams``
             without ``metrics`` (``TensorBoardLogger``'s ``default_hp_metric``, default
             ``True``).
+        step_time: ``True`` (tags under ``step_time/``) or a tag prefix: every rank times its
+            training batches (``core_monitor.integrations.step_time``: the wait for the batch
+            ``data``, the batch's start to ``on_before_backward`` ``forward``, the whole batch
+            ``step``, in seconds, each a mean per batch since the previous logging call), and
+            at each of Lightning's logging calls (every rank makes them) one ``all_gather``
+            gives rank 0 each tag's ``/mean``, ``/median``, ``/min``, ``/max``,
+            ``/min_rank``, ``/max_rank``, stored with the logged metrics. Default ``False``.
         **monitor_kwargs: other ``Monitor`` keyword arguments (``log_dir``, ``config``,
             ``strict``, ``rank_zero_only``, ``dispatch``, one options mapping per backend).
 
     Raises:
-        ConfigError: ``prefix`` is not a ``str``, ``default_hp_metric`` not a ``bool``, or
+        ConfigError: ``prefix`` is not a ``str``, ``default_hp_metric`` not a ``bool``,
+            ``step_time`` neither a ``bool`` nor a non-empty ``str``, or
             ``save_dir`` and ``log_dir`` both given and different; at the first use, as
             ``Monitor`` raises it; ``UnknownBackendError``, ``BackendLoadError`` likewise.
     """
@@ -155,7 +194,7 @@ class MonitorLogger(Logger):
     def __init__(self, backends: Sequence[str | type] | str | None = None, *,
                  project: str = DEFAULT_PROJECT, name: str | None = None, prefix: str = "",
                  save_dir: str | os.PathLike[str] | None = None, default_hp_metric: bool = True,
-                 **monitor_kwargs: Any) -> None:
+                 step_time: bool | str = False, **monitor_kwargs: Any) -> None:
         super().__init__()
         if not isinstance(prefix, str):
             raise ConfigError(f"MonitorLogger: prefix={prefix!r} must be a str, e.g. 'fold1'")
@@ -174,6 +213,8 @@ class MonitorLogger(Logger):
         elif save_dir is not None:
             monitor_kwargs["log_dir"] = save_dir
         self._prefix = prefix
+        timed = step_time_prefix(step_time, "MonitorLogger")
+        self._timer = None if timed is None else _StepTimer(StepClock(timed))
         self._default_hp_metric = default_hp_metric
         #: Metrics of ``log_hyperparams`` given before the run started: ``(metrics, step)``.
         self._hp_metrics: list[tuple[Mapping[str, Any], int]] = []
@@ -222,6 +263,7 @@ class MonitorLogger(Logger):
         if started is not None:
             return started
         trainer, resume = _running_trainer()
+        self._attach_timer(trainer)
         if runs.monitor_kwargs.get("log_dir") is None and trainer is not None:
             runs.monitor_kwargs["log_dir"] = trainer.default_root_dir
         monitor = runs.monitor(resume=resume)
@@ -229,6 +271,15 @@ class MonitorLogger(Logger):
         for metrics, step in pending:
             self._log_hp_metrics(monitor, metrics, step)
         return monitor
+
+    def _attach_timer(self, trainer: Any) -> None:
+        """With ``step_time``: the batch timer among the ``Trainer``'s callbacks (Lightning
+        hands a logger no hooks of its own). Done where Lightning first reads the logger, in
+        the ``Trainer``'s setup, on every rank, before the first batch."""
+        timer = self._timer
+        callbacks = getattr(trainer, "callbacks", None)
+        if timer is not None and isinstance(callbacks, list) and timer not in callbacks:
+            callbacks.append(timer)
 
     @property
     def save_dir(self) -> str | None:
@@ -264,8 +315,20 @@ class MonitorLogger(Logger):
         ``prefix``.
 
         Tensors become floats; a value that is not a number is skipped with one warning naming
-        its key.
+        its key. With ``step_time``, a collective: Lightning calls it on every rank, and after
+        training batches the ranks' step times join the metrics (rank 0 stores them).
         """
+        timer = self._timer
+        if timer is None:
+            self._write(metrics, step)
+            return
+        if self._runs.started is None:
+            self._attach_timer(_running_trainer()[0])
+        times = timer.clock.collect()  # on every rank: the ranks' view of their step times
+        self._write({**metrics, **times}, step)
+        timer.clock.idle()  # this call's own time is not a wait for data
+
+    def _write(self, metrics: Mapping[str, Any], step: int | None) -> None:
         if self._prefix:
             metrics = {f"{self._prefix}{self.LOGGER_JOIN_CHAR}{k}": v for k, v in metrics.items()}
         self.experiment.log(loggable(metrics, self._warned, "MonitorLogger", text=False),
@@ -309,7 +372,7 @@ class MonitorLogger(Logger):
         ``log_hyperparams`` is rank-zero-only: on a rank that writes nothing they are not
         checked either, so that rank's next step stays where rank 0's is)."""
         if monitor.backends:
-            self.log_metrics(metrics, step)
+            self._write(metrics, step)
 
     def save(self) -> None:
         """Make what was logged readable in every backend (``Monitor.flush``)."""
