@@ -4,8 +4,8 @@ through its plugin's reader) and the job's GPU memory against ``torch.cuda.memor
 
     python examples/gpu_system_metrics.py [--log-dir runs-gpu] [--seconds 20]
 
-Needs ``torch`` with CUDA and ``pip install 'core-monitor[system]' tensorboard-monitor
-csv-monitor``. Without a GPU it says so and exits 0. The job's memory
+Needs ``torch`` with CUDA, ``pip install psutil nvidia-ml-py`` and, from a clone,
+``pip install ./core ./plugins/tensorboard_monitor ./plugins/csv_monitor``. Without a GPU it says so and exits 0. The job's memory
 (``system/gpu0/memory_job_bytes``, NVML's figure for the training process) is the CUDA
 context (a few hundred MB) plus what PyTorch's caching allocator reserved, so it reads higher
 than ``memory_reserved()`` by about the context's size.
@@ -67,7 +67,7 @@ def main() -> int:
         rows = [r for r in read(run) if r[0].startswith("system/gpu")]
         if not rows:
             print(f"{name}: no GPU tags (is nvidia-ml-py installed? pip install "
-                  "'core-monitor[system]')")
+                  "nvidia-ml-py)")
             continue
         last = max(step for _, step, _ in rows)
         print(f"{name}: {len({s for _, s, _ in rows})} samples; the last one (sample {last}):")

@@ -86,7 +86,8 @@ def journal_folder(run: RunInfo, root: str | os.PathLike[str] | None = None) -> 
         state = os.environ.get("XDG_STATE_HOME") or os.path.join(
             os.path.expanduser("~"), ".local", "state")
         root = Path(state) / "experiment-monitors" / "journal"
-    folder = Path(root) / run.project / run.name
+    # Absolute: the cursors are written at flush and close, after a chdir the script may do.
+    folder = Path(root).absolute() / run.project / run.name
     return folder / f"rank-{run.rank}" if run.rank else folder
 
 

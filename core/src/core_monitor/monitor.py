@@ -126,7 +126,7 @@ class Monitor:
             job's processes and GPUs every ``core_monitor.system.DEFAULT_INTERVAL`` (10)
             seconds; a number: every that many seconds. Logged as scalars under ``system/``
             to every backend, each SDK's own sampler then off (``RunInfo.system_metrics``);
-            needs ``pip install 'core-monitor[system]'``. See ``core_monitor.system``.
+            needs ``pip install psutil nvidia-ml-py`` (the extra ``core-monitor[system]``). See ``core_monitor.system``.
         journal: keep every accepted call in the run's journal on disk before ``log()``
             returns (default ``True``): each backend's cursor tells what its tracker confirmed,
             and ``monitors sync <journal folder>`` delivers the rest (``core_monitor.journal``,
@@ -284,7 +284,8 @@ class Monitor:
         if not write:
             return
         check_classes(self.run, classes)  # resume="must": every backend can resume
-        self._open_journal()
+        if classes:  # a monitor with every backend disabled keeps no journal: nothing to deliver
+            self._open_journal()
         specs = [BackendSpec(name, cls, dict(backend_options.get(name) or {}),
                              installed=not isinstance(found[name], type))
                  for name, cls in classes.items()]

@@ -155,7 +155,8 @@ def test_run_dir_puts_the_files_in_that_folder_exactly(tmp_path):
         monitor.log({"a/b": 1.5}, step=3)
     assert sorted(p.name for p in folder.iterdir()) == ["a_b.csv", "deepspeed_config.csv",
                                                         "status", "tags.json"]
-    assert not (tmp_path / "logs").exists()
+    # the backend wrote nothing under log_dir: only the core's run journal is there
+    assert [p.name for p in (tmp_path / "logs").iterdir()] == [".journal"]
     with Monitor(["csv"], project="p", name="n", dispatch="sync", resume="allow",
                  csv=options) as monitor:
         monitor.log({"a/b": 2.5}, step=4)

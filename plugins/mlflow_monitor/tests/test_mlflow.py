@@ -494,7 +494,8 @@ def test_default_store_is_sqlite_under_log_dir_and_nothing_is_written_elsewhere(
     monitor.log({"loss": 0.5}, step=2)
     monitor.close()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["env", "logs"]
-    assert sorted(p.name for p in (tmp_path / "logs").iterdir()) == ["mlflow"]
+    # mlflow wrote only its folder; .journal is the core's run journal (docs/operations/journal.md)
+    assert sorted(p.name for p in (tmp_path / "logs").iterdir()) == [".journal", "mlflow"]
     assert (tmp_path / "logs" / "mlflow" / "mlflow.db").is_file()
     assert read_rows(monitor.run) == [("loss", 2, 0.5)]
     assert read_rows(monitor.run, tracking_uri=local_store_uri(tmp_path / "logs")) == [

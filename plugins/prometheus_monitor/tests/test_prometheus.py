@@ -1,5 +1,5 @@
 """The contract kit against the ``prometheus`` backend, and its own tests: the names it
-exposes, the endpoint, and a real Prometheus and Pushgateway reading a run back (conftest)."""
+exposes, the endpoint, and a real Prometheus and Pushgateway reading a run back (prometheus_servers)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from prometheus_monitor import PrometheusMonitor, metric_name, parse_rows, read_rows
 from prometheus_monitor.storage import TARGETS, run_dir, unique_name
+from prometheus_servers import SCRAPE_SECONDS, Prometheus, Pushgateway, free_port
 
-from conftest import SCRAPE_SECONDS, Prometheus, Pushgateway, free_port
 from core_monitor import ConfigError, Monitor, RunInfo
 from core_monitor.testing import MonitorContract
 
@@ -136,7 +136,7 @@ def test_a_push_that_fails_names_the_pushgateway_and_keeps_the_values(tmp_path: 
     backend.monitor_close()  # once only
 
 
-# A real Prometheus and Pushgateway (conftest) --------------------------------------------------
+# A real Prometheus and Pushgateway (prometheus_servers) --------------------------------------------------
 
 def test_prometheus_scrapes_the_latest_value_and_step_of_a_run(
         tmp_path: Path, prometheus: Prometheus, scrape_port: int) -> None:

@@ -154,7 +154,8 @@ def test_read_rows_returns_more_than_tensorboards_default_10000_points_per_tag(l
 def test_layout_is_log_dir_project_run_name_with_one_event_file(logs):
     with Monitor(["tensorboard"], project="proj", name="sweep/lr-1", log_dir=logs) as monitor:
         monitor.log({"loss": 1.0}, step=0)
-    files = [p.relative_to(logs) for p in logs.rglob("*") if p.is_file()]
+    files = [p.relative_to(logs) for p in logs.rglob("*")  # .journal: the core's run journal
+             if p.is_file() and p.relative_to(logs).parts[0] != ".journal"]
     assert len(files) == 1
     assert files[0].parent == Path("proj/sweep/lr-1")
     assert files[0].name.startswith("events.out.tfevents.")
@@ -410,7 +411,8 @@ def test_run_dir_writes_the_event_files_exactly_there(tmp_path):
                  tensorboard={"run_dir": str(folder)}) as monitor:
         monitor.log({"loss": 0.5}, step=3)
     assert len(list(folder.glob("events.out.tfevents.*"))) == 1
-    assert not (tmp_path / "logs").exists()
+    # the backend wrote nothing under log_dir: only the core's run journal is there
+    assert [p.name for p in (tmp_path / "logs").iterdir()] == [".journal"]
     assert read_rows(monitor.run, run_dir=folder) == [("loss", 3, 0.5)]
     with pytest.raises(ConfigError, match="run_dir"):
         Monitor(["tensorboard"], project="p", tensorboard={"run_dir": ""})

@@ -78,8 +78,8 @@ def check_psutil() -> None:
     except ImportError:
         raise ConfigError(
             "Monitor(system_metrics=...) samples the training processes with psutil, which is "
-            "not installed: pip install 'core-monitor[system]' (psutil, and nvidia-ml-py for "
-            "the GPUs), or leave system_metrics off") from None
+            "not installed: pip install psutil nvidia-ml-py (nvidia-ml-py for the GPUs; the "
+            "extra core-monitor[system] once published), or leave system_metrics off") from None
 
 
 def _env_int(names: tuple[str, ...], default: int) -> int:
