@@ -5,7 +5,8 @@ through its plugin's reader) and the job's GPU memory against ``torch.cuda.memor
     python examples/gpu_system_metrics.py [--log-dir runs-gpu] [--seconds 20]
 
 Needs ``torch`` with CUDA, ``pip install psutil nvidia-ml-py`` and, from a clone,
-``pip install ./core ./plugins/tensorboard_monitor ./plugins/csv_monitor``. Without a GPU it says so and exits 0. The job's memory
+``pip install ./core ./plugins/tensorboard_monitor ./plugins/csv_monitor``. Without a GPU it
+says so and exits 0. The job's memory
 (``system/gpu0/memory_job_bytes``, NVML's figure for the training process) is the CUDA
 context (a few hundred MB) plus what PyTorch's caching allocator reserved, so it reads higher
 than ``memory_reserved()`` by about the context's size.

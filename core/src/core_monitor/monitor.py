@@ -126,7 +126,8 @@ class Monitor:
             job's processes and GPUs every ``core_monitor.system.DEFAULT_INTERVAL`` (10)
             seconds; a number: every that many seconds. Logged as scalars under ``system/``
             to every backend, each SDK's own sampler then off (``RunInfo.system_metrics``);
-            needs ``pip install psutil nvidia-ml-py`` (the extra ``core-monitor[system]``). See ``core_monitor.system``.
+            needs ``pip install psutil nvidia-ml-py`` (the extra ``core-monitor[system]``).
+            See ``core_monitor.system``.
         journal: keep every accepted call in the run's journal on disk before ``log()``
             returns (default ``True``): each backend's cursor tells what its tracker confirmed,
             and ``monitors sync <journal folder>`` delivers the rest (``core_monitor.journal``,

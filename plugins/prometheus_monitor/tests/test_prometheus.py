@@ -1,5 +1,6 @@
 """The contract kit against the ``prometheus`` backend, and its own tests: the names it
-exposes, the endpoint, and a real Prometheus and Pushgateway reading a run back (prometheus_servers)."""
+exposes, the endpoint, and a real Prometheus and Pushgateway reading a run back
+(prometheus_servers)."""
 
 from __future__ import annotations
 
@@ -136,7 +137,7 @@ def test_a_push_that_fails_names_the_pushgateway_and_keeps_the_values(tmp_path: 
     backend.monitor_close()  # once only
 
 
-# A real Prometheus and Pushgateway (prometheus_servers) --------------------------------------------------
+# A real Prometheus and Pushgateway (prometheus_servers) ------------------------------------
 
 def test_prometheus_scrapes_the_latest_value_and_step_of_a_run(
         tmp_path: Path, prometheus: Prometheus, scrape_port: int) -> None:
