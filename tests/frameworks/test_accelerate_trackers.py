@@ -111,8 +111,9 @@ def test_comet_config_and_log_as_comet_ml_tracker(tmp_path, log_dir, work_dir):
     assert metrics == NUMBERS
     assert others["my_text"] == "some_value"
 
-    import comet_monitor
     import readback
+
+    import comet_monitor
 
     assert plugin_config("comet", monitor_tracker) == CONFIG  # no curr_step
     assert plugin_rows("comet", monitor_tracker) == NUMBERS
@@ -313,6 +314,7 @@ def test_aim_config_and_log_as_aim_tracker(tmp_path, log_dir, work_dir):
     step, Aim counts each metric's own steps where ours takes the run's next step
     (documented)."""
     from aim import Repo
+
     from aim_monitor import _compat
 
     repo = tmp_path / "aim-builtin"

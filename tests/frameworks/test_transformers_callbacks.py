@@ -1,9 +1,10 @@
 """The Trainer's own ``report_to`` callbacks for DVCLive, SwanLab, Comet and ClearML beside
 ``MonitorCallback`` with the same backend: what each stored, read back.
 
-One seeded tiny-GPT-2 ``train()`` with ``report_to=[<tracker>]`` and ``MonitorCallback([<backend>])``
-(ClearML: two identical seeded runs, see its test). The built-in callback's storage is read with
-the SDK's own files and readers, ours through the plugin's reader; the Trainer's
+One seeded tiny-GPT-2 ``train()`` with ``report_to=[<tracker>]`` and
+``MonitorCallback([<backend>])`` (ClearML: two identical seeded runs, see its test). The
+built-in callback's storage is read with the SDK's own files and readers, ours through the
+plugin's reader; the Trainer's
 ``state.log_history`` is the oracle for both. Where the two differ, the difference is the one
 ``docs/frameworks/transformers.md`` names, asserted as named there.
 
@@ -66,6 +67,7 @@ def test_dvclive_callback_and_monitor_callback(tmp_path, log_dir, work_dir):
     (documented). Both store the training arguments as ``params.yaml``."""
     from dvclive.serialize import load_yaml
     from dvclive.utils import standardize_metric_name
+
     from dvclive_monitor.reader import read_rows_in
 
     callback = MonitorCallback(["dvclive"], project="hf", name="beside", log_dir=log_dir)
