@@ -80,11 +80,9 @@ def comet_messages(folder: Path) -> list[dict[str, Any]]:
     return [json.loads(line)["payload"] for line in lines if line.strip()]
 
 
-# Comet keeps one running experiment per process: the built-in tracker's and ours each in a
-# process of their own (writer processes, the users' default), as a user running both gets.
-@pytest.mark.process
 def test_comet_config_and_log_as_comet_ml_tracker(tmp_path, log_dir, work_dir):
-    """``CometMLTest.test_init_trackers`` and ``test_log`` with both trackers in one run:
+    """``CometMLTest.test_init_trackers`` and ``test_log`` with both trackers in one run (one
+    process: the suite's thread dispatch):
     the same parameters and metrics at the same steps; the string (``log_other`` there) is a
     text sample here, and Comet's ``curr_step`` parameter is not logged (documented)."""
     from comet_ml import ExperimentConfig
@@ -120,6 +118,32 @@ def test_comet_config_and_log_as_comet_ml_tracker(tmp_path, log_dir, work_dir):
     run = monitor_tracker.monitor.run
     assert readback.texts("comet", run) == [("my_text", 0, "some_value")]
     assert "my_text" not in comet_monitor.read_others(run)
+
+
+def test_comet_started_before_comet_ml_tracker_in_one_process(tmp_path, log_dir, work_dir):
+    """Ours started first, then ``CometMLTracker``'s, in one process (the suite's thread
+    dispatch; the test above starts them the other way round): each archive holds its metrics.
+    comet_ml ends the process's current experiment whenever a new one starts; the plugin's
+    experiment leaves the current one alone and never becomes it
+    (``comet_monitor._compat.beside_current_experiment``)."""
+    from comet_ml import ExperimentConfig
+
+    builtin_dir = tmp_path / "comet-builtin"
+    builtin = CometMLTracker("test_project", online=False,
+                             experiment_config=ExperimentConfig(
+                                 offline_directory=str(builtin_dir)))
+    monitor_tracker = ours(log_dir, "comet")
+    accelerator = Accelerator(log_with=[monitor_tracker, builtin])
+    accelerator.init_trackers("test_project", CONFIG)
+    accelerator.log(VALUES, step=0)
+    accelerator.end_training()
+
+    theirs = comet_messages(builtin_dir)
+    assert sorted((p["metric"]["metricName"], p["metric"]["step"],
+                   float(p["metric"]["metricValue"])) for p in theirs if "metric" in p
+                  and p["metric"]["metricName"] in VALUES) == NUMBERS
+    assert plugin_rows("comet", monitor_tracker) == NUMBERS
+    assert plugin_config("comet", monitor_tracker) == CONFIG
 
 
 # --- ClearML --------------------------------------------------------------------------------

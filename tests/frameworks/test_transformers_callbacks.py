@@ -166,8 +166,6 @@ def comet_payloads(folder: Path) -> list[dict[str, Any]]:
     return [json.loads(line)["payload"] for line in lines if line.strip()]
 
 
-# Comet keeps one running experiment per process: ours in a writer process.
-@pytest.mark.process
 def test_comet_callback_and_monitor_callback(tmp_path, log_dir, work_dir, monkeypatch):
     """Both store every ``on_log`` at ``state.global_step`` under the Trainer's tags. The
     config differs in its names: ``CometCallback`` logs the parameters ``args|<name>`` and

@@ -145,7 +145,7 @@ class CometMonitor:
         settings: dict[str, Any] = {
             **QUIET_EXPERIMENT, "project_name": project or run.project, "workspace": workspace,
         }
-        with output.hidden(quiet):
+        with output.hidden(quiet), _compat.beside_current_experiment(comet_ml):
             if online:
                 kind = comet_ml.ExistingExperiment if continued else comet_ml.Experiment
                 if api_key is not None:
