@@ -46,12 +46,23 @@ NUMBERS = [("iteration", 0, 1.0), ("total_loss", 0, 0.1)]
 
 @pytest.fixture
 def work_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The current folder: a fresh one under ``tmp_path`` (DVCLive's ``Live()`` runs ``dvc
-    init`` when the current folder is inside a Git repository, e.g. this checkout)."""
+    """The current folder: a fresh one under ``tmp_path`` (the SDKs write there too)."""
     folder = tmp_path / "work"
     folder.mkdir()
     monkeypatch.chdir(folder)
     return folder
+
+
+@pytest.fixture
+def dvc_work_dir(work_dir: Path) -> Path:
+    """``work_dir`` holding a DVC repository without Git (``dvc init --no-scm``): DVCLive's
+    ``Live()`` takes the nearest one, and without it runs ``dvc init`` in the Git checkout
+    around the test's temporary folder when there is one (``nox`` keeps it under ``.nox/``)
+    and saves a DVC experiment there (a Git commit) at ``end()``."""
+    from dvc.repo import Repo
+
+    Repo.init(str(work_dir), no_scm=True).close()
+    return work_dir
 
 
 def ours(log_dir: Path, backend: str, name: str = "ours") -> MonitorTracker:
@@ -249,7 +260,7 @@ def test_clearml_log_as_clearml_tracker(tmp_path, log_dir, work_dir, monkeypatch
 
 # --- DVCLive --------------------------------------------------------------------------------
 
-def test_dvclive_config_and_steps_as_dvclive_tracker(tmp_path, log_dir, work_dir):
+def test_dvclive_config_and_steps_as_dvclive_tracker(tmp_path, log_dir, dvc_work_dir):
     """``DVCLiveTrackingTest.test_init_trackers`` and ``test_log`` with both trackers in one
     run: the same ``params.yaml``; ``log()`` twice without a step then at step 3 stores steps
     0, 1, 3 in both. A string is a metric of DVCLive's own (its TSV holds the text), where the

@@ -46,6 +46,18 @@ def work_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return folder
 
 
+@pytest.fixture
+def dvc_work_dir(work_dir: Path) -> Path:
+    """``work_dir`` holding a DVC repository without Git (``dvc init --no-scm``): DVCLive's
+    ``Live()`` takes the nearest one, and without it runs ``dvc init`` in the Git checkout
+    around the test's temporary folder when there is one (``nox`` keeps it under ``.nox/``)
+    and saves a DVC experiment there (a Git commit) at ``end()``."""
+    from dvc.repo import Repo
+
+    Repo.init(str(work_dir), no_scm=True).close()
+    return work_dir
+
+
 def builtin_callback(trainer, name: str) -> Any:
     (found,) = [cb for cb in trainer.callback_handler.callbacks if type(cb).__name__ == name]
     return found
@@ -60,7 +72,7 @@ def same_rows(got: list[tuple[str, int, float]], want: list[tuple[str, int, floa
 
 # --- DVCLive --------------------------------------------------------------------------------
 
-def test_dvclive_callback_and_monitor_callback(tmp_path, log_dir, work_dir):
+def test_dvclive_callback_and_monitor_callback(tmp_path, log_dir, dvc_work_dir):
     """``DVCLiveCallback`` counts its own steps (``Live.next_step()`` after each ``on_log``:
     0, 1, 2, ...) under DVCLive's names (``loss``, ``eval/loss``, ``train/runtime``); ours
     stores ``state.global_step`` under the Trainer's tags (``train/loss``), the same values
