@@ -173,6 +173,14 @@ def clearml_metrics(session: Path) -> list[dict[str, Any]]:
     return events
 
 
+#: ``Task.init`` arguments for the built-in tracker: no repository detection (its thread reads
+#: the Git checkout around the test, e.g. this one with ``.nox/``, and ``close()`` waits for it:
+#: minutes) and no machine monitoring (its ``:monitor:machine`` scalars). What the tracker
+#: stores of the calls is unchanged.
+QUIET_TASK = {"auto_connect_frameworks": {"detect_repository": False},
+              "auto_resource_monitoring": False}
+
+
 def run_clearml_builtin(tmp_path: Path, monkeypatch, calls) -> Path:
     """The built-in tracker alone (ClearML's offline mode, its cache under ``tmp_path``):
     its offline session folder. ``calls(accelerator)`` makes the ``init_trackers``/``log``
@@ -181,7 +189,7 @@ def run_clearml_builtin(tmp_path: Path, monkeypatch, calls) -> Path:
 
     monkeypatch.setenv("CLEARML_CACHE_DIR", str(tmp_path / "clearml-builtin"))
     Task.set_offline(True)
-    accelerator = Accelerator(log_with=ClearMLTracker())
+    accelerator = Accelerator(log_with=ClearMLTracker(**QUIET_TASK))
     calls(accelerator)
     session = clearml_session(accelerator.get_tracker("clearml", unwrap=True).id)
     accelerator.end_training()

@@ -230,9 +230,22 @@ def test_clearml_callback_and_monitor_callback(tmp_path, log_dir, work_dir, monk
     and stores every value at its step (documented). The same steps and values otherwise.
     Config: ``ClearMLCallback``'s hyperparameter section ``Transformers`` and configuration
     object ``Model Configuration``; ours the section ``General`` (documented)."""
+    from clearml import Task
+
     monkeypatch.setenv("CLEARML_CACHE_DIR", str(tmp_path / "clearml-builtin"))
+    # The task made first, as ClearMLCallback's own (its project, name and frameworks), but
+    # without repository detection (its thread reads the Git checkout around the test, e.g.
+    # this one with .nox/, and close() waits for it: minutes) and machine monitoring; the
+    # callback takes a task that exists for its own ("External ClearML Task has been
+    # connected") and stores the same.
+    Task.set_offline(True)
+    task = Task.init(project_name="HuggingFace Transformers", task_name="Trainer",
+                     auto_connect_frameworks={"tensorboard": False, "pytorch": False,
+                                              "detect_repository": False},
+                     auto_resource_monitoring=False)
     trainer = make_trainer(tmp_path / "builtin", [], report_to=["clearml"])
-    trainer.train()  # ClearMLCallback closes the task it made at the end of training
+    trainer.train()
+    task.close()
     builtin_history = trainer.state.log_history
     monkeypatch.delenv("CLEARML_CACHE_DIR")
     (task_file,) = (tmp_path / "clearml-builtin" / "offline").glob("*/task.json")
