@@ -17,14 +17,13 @@ from typing import Any
 import numpy as np
 from harness import alternate, paired, spread, timed
 
-from core_monitor import Image, Monitor, RunInfo, hookimpl
+from core_monitor import Capabilities, Image, Monitor, RunInfo, hookimpl
 
 
 class NullMediaBackend:
     """Declares every media kind and stores nothing."""
 
-    name = "null-media"
-    media_kinds = frozenset({"image", "histogram", "text"})
+    capabilities = Capabilities(name="null-media", media_kinds={"image", "histogram", "text"})
 
     def __init__(self, run: Any) -> None:
         self.run = run

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 from harness import alternate, paired, timed
 
-from core_monitor import Image, Monitor, hookimpl
+from core_monitor import Capabilities, Image, Monitor, hookimpl
 from core_monitor.dispatch import processes, wire
 from core_monitor.media import MediaItem
 
@@ -33,8 +33,7 @@ SIZES = {"64 KiB": (128, 128, 4), "1 MiB": (512, 512, 4)}
 class NullMedia:
     """Takes images and stores nothing: what is left is the dispatch's cost."""
 
-    name = "null-media"
-    media_kinds = frozenset({"image"})
+    capabilities = Capabilities(name="null-media", media_kinds={"image"})
 
     def __init__(self, run: Any) -> None:
         self.run = run

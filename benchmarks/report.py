@@ -143,6 +143,13 @@ def dispatch_rows(results: dict[str, Any], add: Any) -> None:
             f"p99 {_num(r['a_p99_us'], 2)} µs)",
             f"{_num(r['a_us'], 2)} µs", f"{_num(r['b_us'], 2)} µs", "",
             f"{_num(r['added_us'], 2)} µs", "≤5 µs median", r["pass"])
+    r = results.get("P3-journal")
+    if r and "error" not in r:
+        add("P3-journal", "caller thread per log() of 10 scalars, the four backends, process, "
+            f"with the run journal vs journal=False (p99 {_num(r['a_p99_us'], 2)} µs vs "
+            f"{_num(r['b_p99_us'], 2)} µs; {_num(r['bytes_per_row'], 0)} journal bytes per "
+            "row)", f"{_num(r['a_us'], 2)} µs", f"{_num(r['b_us'], 2)} µs", "",
+            f"{_num(r['added_us'], 2)} µs", "≤5 µs median, ≤50 µs p99", r["pass"])
     r = results.get("P7")
     if r and "error" not in r:
         for target, row in r["steps"].items():

@@ -45,6 +45,7 @@ JOBS: list[tuple[str, tuple[str, ...]]] = [
     ("B6", BACKENDS),
     ("B7", ("tensorboard",)),
     ("P3", (*BACKENDS, "mlflow")),
+    ("P3-journal", (*BACKENDS, "mlflow")),
     ("P-startup", (*BACKENDS, "mlflow")),
     ("P-sustained", (*BACKENDS, "mlflow")),
     ("P7", (*BACKENDS, "mlflow")),
@@ -59,8 +60,8 @@ JOB_TIMEOUT = 300
 #: Jobs that need longer (seconds, full run): P7 starts a monitor per arm and repetition;
 #: P-start a fresh interpreter per arm; P7-sustained trains 20,000 steps per arm.
 #: (P-start took 621 s and P-close 327 s in --quick on 2 cores at load 10.)
-LONG_JOBS = {"P7": 1800, "P-start": 3600, "P-close": 1500, "P7-sustained": 3600,
-             "P7-system": 1800}
+LONG_JOBS = {"P3-journal": 1800, "P7": 1800, "P-start": 3600, "P-close": 1500,
+             "P7-sustained": 3600, "P7-system": 1800}
 PACKAGES = ("core-monitor", "trackio-monitor", "tensorboard-monitor", "wandb-monitor",
             "trackio", "tensorboard", "wandb", "tensorboardX", "pluggy", "protobuf",
             "mlflow-monitor", "mlflow", "google-crc32c", "torch")
@@ -72,7 +73,8 @@ PACKAGES = ("core-monitor", "trackio-monitor", "tensorboard-monitor", "wandb-mon
 #: Jobs whose module's ``run(quick, root)`` is the whole job, imported only when it runs.
 MODULE_JOBS = {"B1-mlflow": "b1_mlflow", "B6": "b6_scale", "B7": "b7_media",
                "P-start": "p_start", "P-close": "p_close", "P7-sustained": "p7_sustained",
-               "P-large": "p_large", "P-host": "p_host", "P7-system": "p_system"}
+               "P-large": "p_large", "P-host": "p_host", "P7-system": "p_system",
+               "P3-journal": "p_journal"}
 
 
 def worker(job: str, quick: bool, root: Path) -> dict[str, Any]:

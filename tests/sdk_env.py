@@ -21,6 +21,11 @@ OFFLINE_ENV = {
     "WANDB_DISABLE_GIT": "true",
     "WANDB_DISABLE_CODE": "true",
     "WANDB_ERROR_REPORTING": "false",  # wandb-core's crash reports (on by default, even offline)
+    # How long wandb waits for its service (wandb-core) to start, and for init to answer:
+    # 30 s and 90 s by default, which a loaded machine (a CPU hog on every core) misses. The
+    # tests assert what is stored, not how fast an SDK starts (speed: benchmarks/).
+    "WANDB__SERVICE_WAIT": "300",
+    "WANDB_INIT_TIMEOUT": "600",
     "HF_HUB_OFFLINE": "1",
     "HF_DATASETS_OFFLINE": "1",
     "TRANSFORMERS_OFFLINE": "1",
@@ -41,6 +46,7 @@ OFFLINE_ENV = {
 FOLDER_ENV = (
     "WANDB_DIR", "WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR", "WANDB_ARTIFACT_DIR",
     "TRACKIO_DIR", "HF_HOME", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "MPLCONFIGDIR",
+    "XDG_STATE_HOME",  # the run journal of a Monitor without log_dir (core_monitor.journal)
     "COMET_OFFLINE_DIRECTORY", "COMET_CONFIG",  # COMET_CONFIG: a folder with .comet.config
     "SWANLAB_ROOT", "SWANLAB_LOG_DIR",
     # ClearML writes ~/.clearml (its session cache) whatever its variables say; its config
@@ -49,7 +55,7 @@ FOLDER_ENV = (
 )
 #: Variables that would change what a ``Monitor`` does (credentials, rank, disabled backends).
 DROP_ENV = ("WANDB_API_KEY", "HF_TOKEN", "RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS",
-            "EXPERIMENT_MONITORS_DISPATCH",
+            "EXPERIMENT_MONITORS_DISPATCH", "EXPERIMENT_MONITORS_JOURNAL_DIR",
             "EXPERIMENT_MONITORS", "EXPERIMENT_MONITORS_DISABLE", "MLFLOW_TRACKING_URI",
             # Aim: a tracking thread (asynchronous writes), another metadata database, another
             # name for the repository's .aim folder

@@ -1,4 +1,4 @@
-"""``core_monitor.compat``: the SDK checks the core runs for a plugin (``ensure_sdk``), and the
+"""``core_monitor.sdk``: the SDK checks the core runs for a plugin (``ensure_sdk``), and the
 errors and warnings it builds from what the plugin's ``check_sdk()`` reports."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from importlib import metadata
 
 import pytest
 
-from core_monitor import BackendLoadError, SdkVersionWarning
-from core_monitor.compat import Plugin, ensure_sdk, require_sdk, sdk_error
+from core_monitor import BackendLoadError, Capabilities, SdkVersionWarning
 from core_monitor.discovery import installed_backends
+from core_monitor.sdk import Plugin, ensure_sdk, require_sdk, sdk_error
 
 PLUGGY = metadata.version("pluggy")
 
@@ -30,19 +30,20 @@ def backend_class(tested: str | None, problems: list[str] | Exception) -> type:
             return problems
 
     if tested is not None:
-        PluggyMonitor.tested_sdk = tested
+        PluggyMonitor.capabilities = Capabilities(tested_sdk=tested)  # type: ignore[attr-defined]
     return PluggyMonitor
 
 
-def test_require_sdk_names_the_missing_module_and_the_plugin():
-    with pytest.raises(ModuleNotFoundError) as caught:
-        require_sdk("no_such_sdk_for_compat_test", "nosuch-monitor")
-    assert caught.value.name == "no_such_sdk_for_compat_test"
-    assert "nosuch-monitor needs it" in str(caught.value)
+def test_require_sdk_is_refused_naming_the_declaration_that_replaces_it():
+    with pytest.raises(TypeError, match=r"require_sdk\('pluggy', 'core-monitor'\) is removed: "
+                                        r"delete the call and declare .*Capabilities\(tested_sdk="):
+        require_sdk("pluggy", "core-monitor")
 
 
-def test_require_sdk_accepts_an_installed_module_without_importing_it():
-    require_sdk("pluggy", "core-monitor")  # no error
+def test_ensure_sdk_from_a_plugin_is_refused_naming_what_replaces_it():
+    with pytest.raises(TypeError, match=r"ensure_sdk\('stale_monitor'\) takes the backend class, "
+                                        r"and a plugin no longer calls it: delete the call"):
+        ensure_sdk("stale_monitor")  # type: ignore[arg-type]
 
 
 def test_reported_problems_become_a_backend_load_error_naming_the_tested_range():
@@ -119,8 +120,15 @@ def test_sdk_error_without_a_tested_range_names_the_problems():
 def test_an_installed_plugin_is_known_by_its_entry_point():
     (info,) = installed_backends()["stale"]
     cls = info.entry_point.load()
-    assert Plugin.of(cls) == ("stale", "stale-monitor", "0.0.1", "stale_monitor:StaleMonitor")
+    assert Plugin.of(cls) == info  # one record per plugin: the one discovery read
+    assert info.who == ("stale", "stale-monitor", "0.0.1", "stale_monitor:StaleMonitor")
     with pytest.raises(BackendLoadError, match=r"stale-monitor 0\.0\.1"):
-        ensure_sdk("stale_monitor")  # a plugin's _compat.py passes its package name
-    with pytest.raises(LookupError, match="no_such_package"):
-        ensure_sdk("no_such_package")
+        ensure_sdk(cls)
+
+
+def test_the_old_module_name_still_imports_for_one_release():
+    import core_monitor.compat
+    import core_monitor.sdk
+
+    assert core_monitor.compat.ensure_sdk is core_monitor.sdk.ensure_sdk
+    assert core_monitor.compat.Plugin is core_monitor.plugins.Plugin

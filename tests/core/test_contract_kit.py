@@ -78,7 +78,7 @@ def test_backend_options_must_be_a_mapping():
 WRONG_BACKENDS = '''
 import json
 import pytest
-from core_monitor import hookimpl
+from core_monitor import Capabilities, hookimpl
 from core_monitor.testing import MonitorContract
 
 STORE = {}
@@ -198,7 +198,7 @@ def read_ignoring_rank(run):
 
 class ForgetsLateConfig(Base):
     """Stores the config given at start, drops what monitor_config brings."""
-    stores_config = True
+    capabilities = Capabilities(stores_config=True)
 
     def __init__(self, run):
         super().__init__(run)
@@ -252,7 +252,7 @@ class BadCapability(Base):
 
 
 class ConfigWithoutReader(Base):
-    stores_config = True
+    capabilities = Capabilities(stores_config=True)
 
 
 def kit_for(backend, reader=read):
@@ -308,8 +308,8 @@ MESSAGES = [
      "decorate it with core_monitor.hookimpl"),
     ("TestRoundsToFloat32::test_explicit_steps_are_stored_exactly",
      "tag 'loss' at step 0: expected value 0.3 (as logged), stored 0.30000001192092896: the "
-     "storage rounds values to single precision — declare the class attribute "
-     "value_dtype = 'float32'"),
+     "storage rounds values to single precision — declare "
+     "Capabilities(value_dtype='float32')"),
     ("TestEscapesTags::test_tags_a_backend_reserves_round_trip",
      "tags stored but never logged: ['_step'] (read_rows must return each tag as logged: undo "
      "any renaming or escaping your storage needs)"),
@@ -318,7 +318,9 @@ MESSAGES = [
      "read_rows returned []: monitor_flush must make every row written so far readable; if "
      "your storage cannot, declare rows_readable_after = 'close'"),
     ("TestBadCapability::test_explicit_steps_are_stored_exactly",
-     "BadCapability.rows_readable_after = 'never' is not one of 'flush', 'close'"),
+     "BadCapability declares rows_readable_after as class attributes, which the core no "
+     "longer reads; declare them in one place: capabilities: ClassVar[Capabilities] = "
+     "Capabilities(rows_readable_after='never')"),
     ("TestSaysNothing::test_explicit_steps_are_stored_exactly",
      "TestSaysNothing does not say what to test: set the class attribute backend_class = "
      "YourMonitor (the class your entry point names) (or define a fixture backend_class)"),

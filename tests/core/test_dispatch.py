@@ -206,7 +206,7 @@ def test_close_timeout_gives_up_on_a_hung_backend_and_counts_what_it_had(make):
     started = time.monotonic()
     with pytest.warns(BackendWarning, match="'gated': 4 call.* not delivered"):
         monitor.close(timeout=0.3)
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < 10  # the deadline, and room for a loaded machine
     assert monitor.undelivered == {"gated": 4}
     assert stored_steps(monitor) == [0, 1, 2, 3]
     Gated.instances[0].gate.set()

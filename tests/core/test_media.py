@@ -23,8 +23,7 @@ from core_monitor.hookspecs import Capabilities
 class Keeper:
     """Keeps every batch and media item; declares every kind."""
 
-    name = "keeper"
-    media_kinds = frozenset({"image", "histogram", "text"})
+    capabilities = Capabilities(name="keeper", media_kinds={"image", "histogram", "text"})
 
     def __init__(self, run):
         self.events, self.items = [], []
@@ -39,8 +38,7 @@ class Keeper:
 
 
 class TextOnly(Keeper):
-    name = "textonly"
-    media_kinds = frozenset({"text"})
+    capabilities = Capabilities(name="textonly", media_kinds={"text"})
 
 
 class Scalars:
@@ -226,12 +224,19 @@ def test_ranks_that_write_nothing_still_validate_media(monitor_factory, monkeypa
 
 
 def test_capabilities_refuse_an_unknown_media_kind():
-    class Typo(Keeper):
-        media_kinds = frozenset({"images"})
-
-    with pytest.raises(TypeError, match=r"Typo\.media_kinds.*\['histogram', 'image', 'text'\]"):
-        Capabilities.of(Typo)
+    with pytest.raises(TypeError, match=r"media_kinds=.*\['histogram', 'image', 'text'\]"):
+        Capabilities(media_kinds={"images"})
     assert Capabilities.of(Keeper).media_kinds == {"image", "histogram", "text"}
+
+
+def test_a_capability_as_a_class_attribute_is_refused_naming_the_declaration_to_write():
+    class OldStyle(Keeper):
+        media_kinds = frozenset({"text"})
+
+    with pytest.raises(TypeError, match=r"OldStyle declares media_kinds as class attributes, "
+                                        r"which the core no longer reads.*Capabilities\(media_"
+                                        r"kinds=frozenset\(\{'text'\}\)\).*dataclasses.replace"):
+        Capabilities.of(OldStyle)
 
 
 def test_thread_dispatch_sends_each_backend_its_kinds_off_the_callers_thread(monitor_factory):

@@ -14,7 +14,13 @@ import pytest
 from interpreter import run_python
 
 from core_monitor import BackendLoadError, Capabilities, ConfigError, Monitor, RunInfo, hookimpl
-from core_monitor.options import check_option_types, describe, option_types, unresolved_options
+from core_monitor.options import (
+    NonBlank,
+    check_option_types,
+    describe,
+    option_types,
+    unresolved_options,
+)
 from core_monitor.settings import check_options
 
 
@@ -25,7 +31,7 @@ class Typed:
 
     def __init__(self, run: RunInfo, *, quiet: bool = True, retries: int = 3,
                  timeout: float = 5.0, mode: Literal["offline", "online"] = "offline",
-                 entity: str | None = None, tags: Sequence[str] | None = None,
+                 entity: NonBlank | None = None, tags: Sequence[NonBlank] | None = None,
                  settings: Mapping[str, Any] | None = None,
                  run_dir: str | os.PathLike[str] | None = None) -> None:
         self.run = run
@@ -45,9 +51,11 @@ class Typed:
         ({"retries": True}, ["retries=True", "an int"]),  # a bool is not an int here
         ({"timeout": "5"}, ["timeout='5'", "a number"]),
         ({"mode": "sometimes"}, ["mode='sometimes'", "one of 'offline', 'online'"]),
-        ({"entity": 3}, ["entity=3", "a str or None"]),
-        ({"tags": "baseline"}, ["tags='baseline'", "a list of str"]),
-        ({"tags": ["a", 2]}, ["tags=['a', 2]", "a list of str"]),
+        ({"entity": 3}, ["entity=3", "a non-blank str or None"]),
+        ({"entity": " "}, ["entity=' '", "a non-blank str or None"]),
+        ({"tags": "baseline"}, ["tags='baseline'", "a list of non-blank str"]),
+        ({"tags": ["a", 2]}, ["tags=['a', 2]", "a list of non-blank str"]),
+        ({"tags": ["a", ""]}, ["tags=['a', '']", "a list of non-blank str"]),
         ({"settings": ["console"]}, ["settings=['console']", "a mapping"]),
         ({"run_dir": 5}, ["run_dir=5", "a path"]),
     ],
@@ -73,7 +81,7 @@ def test_well_typed_options_pass(options):
 def test_option_types_are_read_from_the_annotations_with_their_defaults():
     types = option_types(Typed)
     assert types["quiet"] == (bool, True) and types["retries"] == (int, 3)
-    assert describe(types["entity"][0]) == "a str or None"
+    assert describe(types["entity"][0]) == "a non-blank str or None"
     assert unresolved_options(Typed) == []
 
 

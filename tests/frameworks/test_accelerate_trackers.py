@@ -205,9 +205,9 @@ def run_ours(log_dir: Path, backend: str, calls) -> MonitorTracker:
     return monitor_tracker
 
 
-# ClearML allows one task per process, and a writer process started beside the built-in
-# tracker's task takes that task for its own (issue 43, "ClearML beside the user's own task"):
-# the two trackers run one after the other on the same calls.
+# ClearML allows one task per process and the suite runs ours in this process (thread
+# dispatch; beside a task, writer processes are the clearml plugin's tests' concern): the two
+# trackers run one after the other on the same calls.
 def test_clearml_config_as_clearml_tracker(tmp_path, log_dir, work_dir, monkeypatch):
     """``ClearMLTest.test_init_trackers``: the same config; the built-in tracker's is the
     configuration object ``General`` (``connect_configuration``), ours the hyperparameter

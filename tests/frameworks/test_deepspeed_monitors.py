@@ -146,7 +146,8 @@ def test_empty_comet_section():
     assert parsed({"comet": {}}).comet == defaults
     assert monitor_arguments({"comet": {}}) is None
     assert monitor_arguments({"comet": {"enabled": True}}) == {
-        "backends": ["comet"], "project": "deepspeed", "comet": {"online": True}}
+        "backends": ["comet"], "project": "deepspeed",
+        "comet": {"online": True, "comet_project": True}}
 
 
 @pytest.mark.parametrize(("section", "words"), [
@@ -203,6 +204,10 @@ def test_deepspeeds_csv_monitor_and_ours_write_the_same_files(tmp_path):
 
 # A real run with every section -------------------------------------------------------------
 
+#: The project Comet's own configuration names in the real run: its comet section names none,
+#: so DeepSpeed's writer (``comet_ml.start(project=None)``) would use this one, not ``ds``.
+COMET_PROJECT = "from-comet-config"
+
 @pytest.fixture(scope="module")
 def every_section(tmp_path_factory) -> tuple[Path, dict]:
     """One pipeline-engine run with all of DeepSpeed's sections plus ``trackio`` (``comet`` when
@@ -217,7 +222,8 @@ def every_section(tmp_path_factory) -> tuple[Path, dict]:
     comet = ["comet"] if _installed("comet_monitor") else []
     out = root / "out.json"
     run_script("ds_monitors.py", log_dir, out, *comet, nproc=1, cwd=work,
-               env={"WANDB_DIR": str(wandb_dir), "COMET_OFFLINE_DIRECTORY": str(comet_dir)})
+               env={"WANDB_DIR": str(wandb_dir), "COMET_OFFLINE_DIRECTORY": str(comet_dir),
+                    "COMET_PROJECT_NAME": COMET_PROJECT})
     return root, load(out)
 
 
@@ -270,11 +276,14 @@ def test_initialize_every_section_deepspeed_opens_no_writer_of_its_own(every_sec
 
 def test_initialize_every_section_comet(every_section):
     """The comet part: DeepSpeed's comet section as an offline Comet experiment named after
-    ``experiment_name``, every event at ``global_samples`` (``samples_log_interval`` is not
-    applied), ``update_config`` as Comet parameters."""
+    ``experiment_name``, in the project Comet's configuration names (the section names none,
+    and DeepSpeed's writer leaves it to Comet), every event at ``global_samples``
+    (``samples_log_interval`` is not applied), ``update_config`` as Comet parameters."""
     comet_monitor = pytest.importorskip("comet_monitor", reason=COMET_SKIP)
     root, result = every_section
     assert "comet" in result["backends"]
     run = RunInfo(project="ds", name="dsrun", log_dir=root / "logs")
     assert _train(comet_monitor.read_rows(run)) == _expected(result)
+    (archive,) = comet_monitor.read_archives(run)
+    assert archive.experiment["project_name"] == COMET_PROJECT
     assert comet_monitor.read_config(run).items() >= result["update_config"].items()

@@ -220,8 +220,8 @@ def clearml_events(session: Path) -> list[dict[str, Any]]:
     return events
 
 
-# ClearML allows one task per process, and a writer process started beside the callback's
-# task takes that task for its own (issue 43, "ClearML beside the user's own task"): the two
+# ClearML allows one task per process and the suite runs ours in this process (thread
+# dispatch; beside a task, writer processes are the clearml plugin's tests' concern): the two
 # callbacks run in two identical seeded runs, one after the other.
 def test_clearml_callback_and_monitor_callback(tmp_path, log_dir, work_dir, monkeypatch):
     """``ClearMLCallback`` titles scalars ``train``/``eval`` with the key as the series

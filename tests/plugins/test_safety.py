@@ -105,7 +105,7 @@ def test_forked_children_never_touch_the_parents_runs(tmp_path, dispatch):
     assert os.WIFEXITED(exit_child["status"]) and os.WEXITSTATUS(exit_child["status"]) == 0
     assert os.WIFSIGNALED(term_child["status"])
     assert os.WTERMSIG(term_child["status"]) == signal.SIGTERM
-    assert max(exit_child["seconds"], term_child["seconds"]) < 10
+    assert max(exit_child["seconds"], term_child["seconds"]) < 60  # not stuck: room for load
     assert result["failures"] == {}
     run = RunInfo("fork", "parent", log_dir=log_dir)
     assert steps_of(run) == {name: list(range(100)) for name in ALL}

@@ -8,15 +8,15 @@ A backend declares every capability at once::
         )
 
 and the core (media routing, resume, ``monitors copy``, the SDK checks) and the contract kit
-(``core_monitor.testing``) read it through ``Capabilities.of(cls)``. A class written before
-this declaration (one class attribute per capability: ``stores_config = True``,
-``media_kinds = ...``) keeps working: ``Capabilities.of`` reads those attributes instead.
+(``core_monitor.testing``) read it through ``Capabilities.of(cls)``. It is the only way to
+declare one: a class attribute per capability (``stores_config = True`` in the class body, the
+way before this declaration) is a ``TypeError`` naming the ``Capabilities(...)`` to write
+instead; a subclass changing one capability declares its own
+(``capabilities = dataclasses.replace(Base.capabilities, media_kinds=frozenset())``).
 
 Every field is also set on the class under its own name when the class is created
-(``MyMonitor.stores_config``), so that code reading the attributes of a class directly (the
-writer process's media routing) finds what the declaration says; a subclass may still
-override one capability the old way (``media_kinds = frozenset()`` in its body), and
-``Capabilities.of`` honours that.
+(``MyMonitor.stores_config``), a read-only mirror for code reading a class's attributes
+(``backend_name``, the writer process's media routing).
 
 Nothing here imports pluggy or an SDK: ``monitors list`` and the metadata checks read it.
 """
@@ -92,7 +92,7 @@ class Capabilities:
             constructed the core checks, from metadata alone, that the distribution it names is
             installed (else ``BackendLoadError`` naming it and ``pip install``); outside the
             range it warns once (``SdkVersionWarning``) unless ``check_sdk`` reports a problem
-            (``core_monitor.compat``).
+            (``core_monitor.sdk``).
 
     Raises:
         TypeError: (construction) a field has a value outside ``CAPABILITY_VALUES``, ``name``
@@ -131,34 +131,33 @@ class Capabilities:
 
     @classmethod
     def of(cls, backend_class: type) -> Capabilities:
-        """The capabilities of ``backend_class``: its ``capabilities`` attribute (with any
-        capability a subclass overrides as a class attribute), or, for a class without one,
-        its per-capability class attributes (a missing one is the default).
+        """The capabilities of ``backend_class``: the ``capabilities`` attribute the nearest
+        class of its MRO declares; ``Capabilities()`` (every default) when none does.
 
         Raises:
-            TypeError: ``capabilities`` is not a ``Capabilities``, or a class attribute has a
-                value outside the accepted ones (the message names the class, the attribute,
-                the value and the accepted values; see the class's ``Raises``).
+            TypeError: ``capabilities`` is not a ``Capabilities``, or a class declares a
+                capability as a class attribute (``stores_config = True``, the way before
+                ``Capabilities``); the message names the class, the attributes and the
+                ``Capabilities(...)`` to write instead.
         """
-        overrides: dict[str, Any] = {}
-        declared: Any = None
         for klass in backend_class.__mro__:
-            if "capabilities" in vars(klass):
-                declared = vars(klass)["capabilities"]
-                break
-            for name in _FIELDS:
-                if name in vars(klass) and name not in overrides:
-                    overrides[name] = vars(klass)[name]
-        if declared is None:  # a class from before the one declaration: its attributes
-            found = {name: getattr(backend_class, name) for name in _FIELDS
-                     if hasattr(backend_class, name)}
-            return _build(backend_class, found)
-        if not isinstance(declared, Capabilities):
-            raise TypeError(f"{backend_class.__qualname__}.capabilities = {declared!r:.80} must "
-                            "be a core_monitor.Capabilities(...)")
-        if not overrides:
-            return declared
-        return _build(backend_class, {**dataclasses.asdict(declared), **overrides})
+            own = vars(klass)
+            if "capabilities" in own:
+                declared = own["capabilities"]
+                if not isinstance(declared, Capabilities):
+                    raise TypeError(f"{backend_class.__qualname__}.capabilities = "
+                                    f"{declared!r:.80} must be a core_monitor.Capabilities(...)")
+                return declared
+            old = {name: own[name] for name in _FIELDS if name in own and name != "name"}
+            if old:
+                fields = ", ".join(f"{name}={value!r}" for name, value in sorted(old.items()))
+                raise TypeError(
+                    f"{klass.__qualname__} declares {', '.join(sorted(old))} as class "
+                    "attributes, which the core no longer reads; declare them in one place: "
+                    f"capabilities: ClassVar[Capabilities] = Capabilities({fields}) (a subclass: "
+                    "dataclasses.replace(Base.capabilities, ...)). See core_monitor.Capabilities"
+                )
+        return _DEFAULT
 
     @property
     def sdk(self) -> str | None:
@@ -177,15 +176,6 @@ def sdk_distribution(requirement: str | None) -> str | None:
         return None
     found = _REQUIREMENT_NAME.match(requirement)
     return found.group(1) if found else None
-
-
-def _build(backend_class: type, found: dict[str, Any]) -> Capabilities:
-    """``Capabilities(**found)``, with messages naming ``backend_class``'s attributes."""
-    probe = Capabilities.__new__(Capabilities)
-    for name in _FIELDS:
-        object.__setattr__(probe, name, found.get(name, _DEFAULTS[name]))
-    kinds = _checked_fields(probe, f"{backend_class.__qualname__}.", " = ", "")
-    return dataclasses.replace(probe, media_kinds=kinds)
 
 
 def _checked_fields(caps: Capabilities, before: str, equals: str,
@@ -230,5 +220,5 @@ def _is_iterable(value: Any) -> bool:
     return True
 
 
-#: Each field's default, as an unset class attribute reads.
-_DEFAULTS: dict[str, Any] = {name: getattr(Capabilities(), name) for name in _FIELDS}
+#: What a class declaring nothing has.
+_DEFAULT = Capabilities()

@@ -11,6 +11,9 @@ names the reader module a backend declares (``core_monitor.readers``): those bac
 
 ``monitors copy SOURCE DEST --project P --name RUN`` copies one run between backends
 (``core_monitor.copying``); its exit status is 1 when something did not arrive.
+
+``monitors sync JOURNAL`` delivers a run's journal past each backend's cursor
+(``core_monitor.syncing``); exit status 1 when a backend failed.
 """
 
 from __future__ import annotations
@@ -111,6 +114,22 @@ def cmd_copy(args: argparse.Namespace) -> int:
     return 0 if report.complete else 1
 
 
+def cmd_sync(args: argparse.Namespace) -> int:
+    from .copying import parse_options
+    from .errors import ConfigError
+    from .syncing import SyncError, sync_journal
+
+    try:
+        options = {name: parse_options(args.to_option, "--to-option") for name in args.to or ()}
+        report = sync_journal(args.journal, to=args.to or (), options=options,
+                              follow=args.follow, progress=not args.quiet,
+                              say=lambda text: print(f"monitors sync: {text}"))
+    except (ConfigError, SyncError) as error:
+        print(f"monitors sync: error: {error}", file=sys.stderr)
+        return 2
+    return 0 if report.complete else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
 
@@ -169,6 +188,26 @@ def build_parser() -> argparse.ArgumentParser:
     copy.add_argument("--dry-run", action="store_true",
                       help="read the source, print what would be copied, write nothing")
     copy.set_defaults(handler=cmd_copy)
+    sync = commands.add_parser(
+        "sync",
+        help="deliver a run's journal to its backends, from each backend's cursor",
+        description="Deliver what the run journal JOURNAL holds past each backend's cursor "
+        "(how far its tracker confirmed), continuing the same run in each backend, then move "
+        "the cursors: run twice, nothing is delivered twice. Exit status 1 when a backend "
+        "failed (its cursor stays), 2 on an error.",
+    )
+    sync.add_argument("journal", help="the run's journal folder, e.g. "
+                      "runs/.journal/PROJECT/RUN (the path the close() warning names)")
+    sync.add_argument("--to", action="append", metavar="NAME",
+                      help="deliver to this installed backend instead of the run's own (its "
+                      "own cursor); repeatable")
+    sync.add_argument("--to-option", action="append", metavar="K=V",
+                      help="an option of the --to backends, e.g. tracking_uri=http://...; "
+                      "repeatable")
+    sync.add_argument("--follow", action="store_true",
+                      help="deliver a live run as it is written, until its monitor closes")
+    sync.add_argument("--quiet", action="store_true", help="no progress bar")
+    sync.set_defaults(handler=cmd_sync)
     return parser
 
 

@@ -19,7 +19,7 @@ import os
 import re
 import warnings
 from collections.abc import Mapping, Sequence
-from importlib.metadata import EntryPoint, PackageNotFoundError, distribution, entry_points
+from importlib.metadata import PackageNotFoundError, distribution
 from typing import NamedTuple
 
 from ._suggest import closest
@@ -30,31 +30,22 @@ from .errors import (
     SdkVersionWarning,
     UnknownBackendError,
 )
+from .plugins import GROUP, Plugin, backend_name, installed_plugins
+from .sdk import ensure_sdk
 
-#: The entry-point group backends declare themselves in.
-GROUP = "experiment_monitors"
+__all__ = ["DISABLE_ALL", "DISABLE_ENV", "FAILING_STATES", "GROUP", "BackendInfo", "Status",
+           "backend_name", "check_backend", "disabled_names", "find_backend",
+           "installed_backends", "load_backend", "missing_requirements", "select", "status"]
+
 #: Comma-separated backend names to skip, e.g. ``EXPERIMENT_MONITORS_DISABLE=wandb,tensorboard``.
 DISABLE_ENV = "EXPERIMENT_MONITORS_DISABLE"
 #: Values in ``EXPERIMENT_MONITORS_DISABLE`` that disable every backend.
 DISABLE_ALL = frozenset({"*", "all"})
 
 
-class BackendInfo(NamedTuple):
-    """One installed backend, as its distribution's metadata declares it.
-
-    Attributes: ``name`` (what users select, ``"trackio"``), ``distribution``
-    (``"trackio-monitor"``), ``version`` (the distribution's), ``target`` (the entry point's
-    value, ``"module:Class"``), ``entry_point`` (the ``importlib.metadata.EntryPoint``).
-
-    A ``NamedTuple`` rather than a dataclass: ``dataclasses`` imports ``inspect``, which
-    would slow ``monitors list`` down by a third.
-    """
-
-    name: str
-    distribution: str
-    version: str
-    target: str
-    entry_point: EntryPoint
+#: One installed backend, as its distribution's metadata declares it: ``plugins.Plugin``, the
+#: one record per plugin (kept under this name).
+BackendInfo = Plugin
 
 
 def disabled_names() -> frozenset[str]:
@@ -65,21 +56,15 @@ def disabled_names() -> frozenset[str]:
 
 
 def installed_backends() -> dict[str, list[BackendInfo]]:
-    """Every backend name declared in ``experiment_monitors``, sorted by name.
+    """Every backend name declared in ``experiment_monitors``, sorted by name
+    (``plugins.installed_plugins``, without reader-only records).
 
     A name maps to more than one ``BackendInfo`` when several distributions claim it (a
     conflict). The same distribution seen twice on ``sys.path`` counts once. Imports nothing.
     """
-    found: dict[str, list[BackendInfo]] = {}
-    for ep in entry_points(group=GROUP):
-        dist = ep.dist
-        dist_name = dist.metadata["Name"] if dist is not None else "<unknown>"
-        version = dist.version if dist is not None else "?"
-        infos = found.setdefault(ep.name, [])
-        if any(i.distribution == dist_name for i in infos):
-            continue
-        infos.append(BackendInfo(ep.name, dist_name, version, ep.value, ep))
-    return dict(sorted(found.items()))
+    found = {name: [p for p in claims if p.entry_point is not None]
+             for name, claims in installed_plugins().items()}
+    return {name: claims for name, claims in found.items() if claims}
 
 
 _REQUIREMENT_NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
@@ -92,7 +77,7 @@ def missing_requirements(info: BackendInfo) -> list[str]:
     without its SDK (``pip install --no-deps``). Requirements with an environment marker or an
     extra are skipped rather than evaluated.
     """
-    dist = info.entry_point.dist
+    dist = info.entry_point.dist if info.entry_point is not None else None
     missing = []
     for requirement in (dist.requires or []) if dist is not None else []:
         match = _REQUIREMENT_NAME.match(requirement)
@@ -212,6 +197,8 @@ def load_backend(info: BackendInfo) -> type:
             and the missing package.
     """
     try:
+        if info.entry_point is None:
+            raise LookupError(f"{info.distribution} declares no backend class in {GROUP!r}")
         loaded = info.entry_point.load()
     except ModuleNotFoundError as error:
         if error.name is None:
@@ -236,7 +223,7 @@ def load_backend(info: BackendInfo) -> type:
 
 
 def check_backend(info: BackendInfo) -> type:
-    """``load_backend``, then ``compat.ensure_sdk``: the class's optional ``check_sdk()`` and
+    """``load_backend``, then ``sdk.ensure_sdk``: the class's optional ``check_sdk()`` and
     ``tested_sdk`` range (see the plugin guide); what ``monitors list --check`` runs.
 
     Raises:
@@ -244,15 +231,7 @@ def check_backend(info: BackendInfo) -> type:
             the error, naming the SDK version and the tested range), or it raised (kept as-is
             when a ``BackendLoadError``, else wrapped in one naming the plugin).
     """
-    from .compat import Plugin, ensure_sdk  # compat imports this module: deferred, no cycle
-
-    return ensure_sdk(load_backend(info), Plugin.from_info(info))
-
-
-def backend_name(cls: type) -> str:
-    """The name a backend class passed directly is known by: ``cls.name`` or ``__name__``."""
-    name = getattr(cls, "name", None)
-    return name if isinstance(name, str) and name else cls.__name__
+    return ensure_sdk(load_backend(info), info)
 
 
 def select(

@@ -167,7 +167,7 @@ class Backend(Protocol):
     * the SDK: the distribution ``capabilities.tested_sdk`` names is installed (from metadata).
 
     Where it constructs the backend (the writer process by default) it runs ``check_sdk`` once
-    per process (``core_monitor.compat.ensure_sdk``), then ``cls(run, **options)``, then calls
+    per process (``core_monitor.sdk.ensure_sdk``), then ``cls(run, **options)``, then calls
     the hooks (each marked with ``@hookimpl``) by keyword, never after ``monitor_close``. Only
     ``monitor_write`` is needed for a working backend: the core skips a hook a backend lacks
     (``monitor_config`` with one ``BackendWarning``) and runs a class without
@@ -215,7 +215,7 @@ class Backend(Protocol):
         phrase each (``["no mysdk.Run._flush"]``); ``[]`` when nothing (or no SDK).
 
         Run by the core once per process before the backend is first constructed
-        (``core_monitor.compat.ensure_sdk``) and by ``monitors list --check``: a problem
+        (``core_monitor.sdk.ensure_sdk``) and by ``monitors list --check``: a problem
         becomes a ``BackendLoadError`` naming the plugin's distribution, the SDK version and
         ``capabilities.tested_sdk``. A backend never calls it itself.
 

@@ -13,14 +13,17 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 import threading
 import time
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, TypeVar
 
 from . import discovery, shutdown, system
+from ._stack import caller_level
 from .compat import Plugin, check_installed
 from .dispatch import (
     DEFAULT_QUEUE_SIZE,
@@ -30,9 +33,10 @@ from .dispatch import (
     new_dispatch,
 )
 from .distributed import Reducer
-from .errors import ConfigError
+from .errors import BackendWarning, ConfigError
 from .events import MAX_STEP, Batch, Event, check_events, check_step, metric_rows, rows_by_step
 from .hyperparameters import sanitize_config
+from .journal import Journal, journal_folder
 from .media import MediaItem, media_taker
 from .resume import check_classes, check_resume, collect, raise_missing
 from .run import RunInfo, default_run_name, detect_rank
@@ -46,6 +50,27 @@ _Self = TypeVar("_Self", bound="Monitor")
 
 #: Tags a monitor remembers as valid (a call of known tags skips the tag rules), at most.
 KNOWN_TAGS = 4096
+
+
+def check_budget(budget: Any) -> dict[str | None, int]:
+    """``Monitor(budget=...)`` as ``FanOut.budgets``: backend name (``None``: every other
+    one) -> bytes.
+
+    Raises:
+        ConfigError: neither ``None``, an ``int`` >= 1024 nor a mapping of names to such ints.
+    """
+    if budget is None:
+        return {}
+    items = budget.items() if isinstance(budget, Mapping) else [("*", budget)]
+    out: dict[str | None, int] = {}
+    for name, size in items:
+        if (not isinstance(name, str) or isinstance(size, bool) or not isinstance(size, int)
+                or size < 1024):
+            raise ConfigError(f"budget={budget!r}: each budget is an int of bytes >= 1024 "
+                              "(one for every backend, or {backend name: bytes}, '*' for the "
+                              "others), e.g. budget={'mlflow': 64 << 20}")
+        out[None if name == "*" else name] = size
+    return out
 
 
 class Monitor:
@@ -75,10 +100,12 @@ class Monitor:
             (alias ``"background"``): each backend on a worker thread of this process (for
             code that uses the SDK's own objects beside the monitor, e.g. ``wandb.watch``).
             ``"sync"``: on the caller's thread before ``log()`` returns.
-        queue_size: calls each backend's buffer holds, 10,000 by default: the queue of a
+        queue_size: (deprecated: ``budget``) calls each backend's buffer holds, 10,000 by
+            default: the queue of a
             worker thread (about 10 MB at 10 scalars per call), or a writer's pipe of
             ``queue_size`` KiB (at most the system's largest pipe, 1 MiB on Linux).
-        on_full: a full buffer makes ``log()`` wait (``"block"``, nothing lost) or drop that
+        on_full: (deprecated: ``budget``) a full buffer makes ``log()`` wait (``"block"``,
+            nothing lost) or drop that
             call for that backend only (``"drop"``: counted in ``dropped``, warned once).
         wait: with writer processes, ``False`` (default) returns at once, the writers
             starting behind it: calls logged meanwhile wait in their pipes (never dropped,
@@ -100,6 +127,24 @@ class Monitor:
             seconds; a number: every that many seconds. Logged as scalars under ``system/``
             to every backend, each SDK's own sampler then off (``RunInfo.system_metrics``);
             needs ``pip install 'core-monitor[system]'``. See ``core_monitor.system``.
+        journal: keep every accepted call in the run's journal on disk before ``log()``
+            returns (default ``True``): each backend's cursor tells what its tracker confirmed,
+            and ``monitors sync <journal folder>`` delivers the rest (``core_monitor.journal``,
+            docs/operations/journal.md). ``False``: no journal.
+        journal_dir: the folder holding the journals (e.g. a node-local disk); ``None``: the
+            folder ``EXPERIMENT_MONITORS_JOURNAL_DIR`` names, else ``<log_dir>/.journal``, else
+            (no ``log_dir``) ``$XDG_STATE_HOME/experiment-monitors/journal``. The run's
+            journal is ``<journal_dir>/<project>/<name>[/rank-<k>]``.
+        keep_journal: never delete a journal segment (by default one goes once every
+            backend's cursor passed it).
+        budget: bytes of calls a backend may hold unwritten (its buffer), one ``int`` for
+            every backend or ``{name: bytes}`` (the key ``"*"``: every backend not named).
+            With the journal, a backend whose budget is spent is never waited for: it is sent
+            nothing more in this run (``detached``, one ``BackendWarning``), its cursor stays
+            at what it confirmed, the other backends go on, and ``monitors sync`` delivers the
+            rest after the run. It replaces ``queue_size``/``on_full`` (deprecated: one size
+            and one policy for every backend) for the backends it names; without a journal
+            those apply.
         **backend_options: one mapping per backend name, its keyword options, e.g.
             ``wandb={"mode": "offline"}``; an installed backend's are ignored when unselected.
 
@@ -145,6 +190,10 @@ class Monitor:
         resume: str = "never",
         wait: bool = False,
         system_metrics: bool | float | None = False,
+        journal: bool = True,
+        journal_dir: str | os.PathLike[str] | None = None,
+        keep_journal: bool = False,
+        budget: int | Mapping[str, int] | None = None,
         **backend_options: Mapping[str, Any],
     ) -> None:
         backends = check_keywords(backends, project, name, strict, rank_zero_only)
@@ -158,7 +207,7 @@ class Monitor:
             project=project,
             name=name or default_run_name(),
             config=sanitize_config(config),
-            log_dir=Path(log_dir) if log_dir is not None else None,
+            log_dir=local_folder(log_dir),
             rank=rank,
             world_size=world_size,
             resume=check_resume(resume),
@@ -195,6 +244,18 @@ class Monitor:
         self._tags: set[str] = set()
         self._next_step = 0
         self._reducer = Reducer()  # log(reduce=...): the ranks' agreed tags
+        for key, flag in (("journal", journal), ("keep_journal", keep_journal)):
+            if not isinstance(flag, bool):
+                raise ConfigError(f"{key}={flag!r} must be True or False")
+        if journal_dir is not None and not isinstance(journal_dir, (str, os.PathLike)):
+            raise ConfigError(f"journal_dir={journal_dir!r} must be a folder (str or Path), "
+                              "e.g. journal_dir='/local/scratch/journals', or None for "
+                              "<log_dir>/.journal")
+        self._journal = (journal, journal_dir, keep_journal)
+        self._dispatch.budgets = check_budget(budget)
+        #: Backend name -> the journal seq of the first call it was not sent: its budget was
+        #: spent (``budget``); ``monitors sync`` delivers the rest.
+        self.detached: dict[str, int] = self._dispatch.detached
         self.last_steps: dict[str, int | None] = {}
         self._system: system.SystemMetrics | None = None
         writes = rank == 0 or not rank_zero_only
@@ -223,6 +284,7 @@ class Monitor:
         if not write:
             return
         check_classes(self.run, classes)  # resume="must": every backend can resume
+        self._open_journal()
         specs = [BackendSpec(name, cls, dict(backend_options.get(name) or {}),
                              installed=not isinstance(found[name], type))
                  for name, cls in classes.items()]
@@ -230,7 +292,10 @@ class Monitor:
             self._dispatch.start(specs, self.run)
             if self._dispatch.missing:  # resume="must": no backend writes, one error for all
                 self._dispatch.stop()
+                journal, self._dispatch.journal = self._dispatch.journal, None
                 self._dispatch.close(None)
+                if journal is not None:
+                    journal.discard()
                 raise_missing(self.run, self._dispatch.missing)
         except BaseException:  # a ConfigError, or any start failure with strict=True
             self._closed = True
@@ -239,6 +304,40 @@ class Monitor:
         # What each backend found of an earlier run (core_monitor.resume).
         self.run, self.last_steps, self._next_step = collect(self.run, {
             name: facts["state"] for name, facts in self._dispatch.facts.items()})
+
+    def _open_journal(self) -> None:
+        """Open the run's journal (``core_monitor.journal``) for the fan-out; with ``resume``
+        other than ``"never"``, first deliver what an earlier attempt's journal holds past
+        each backend's cursor (``core_monitor.syncing``), so that it lands before the new
+        calls. A journal that cannot be made is warned about once; the run goes on."""
+        wanted, root, keep = self._journal
+        log_dir = self.run.log_dir
+        if not wanted or (root is None and log_dir is not None and log_dir.exists()
+                          and not log_dir.is_dir()):
+            return  # a log_dir that is a file: every local backend's start reports it
+        folder = journal_folder(self.run, root)
+        if self.run.resume != "never" and folder.is_dir():
+            from .syncing import SyncError, leftovers, sync_journal
+
+            if leftovers(folder):
+                try:
+                    report = sync_journal(folder)
+                except SyncError as error:
+                    warnings.warn(f"resume={self.run.resume!r}: the leftovers of an earlier "
+                                  f"attempt were not delivered: {error}", BackendWarning,
+                                  stacklevel=caller_level())
+                else:
+                    for name, why in report.failed.items():
+                        warnings.warn(f"resume={self.run.resume!r}: backend {name!r} did not "
+                                      f"take an earlier attempt's leftovers ({why}); they stay "
+                                      f"in the journal: monitors sync {folder}",
+                                      BackendWarning, stacklevel=caller_level())
+        try:
+            self._dispatch.journal = Journal(folder, keep=keep)
+        except OSError as error:
+            warnings.warn(f"the run's journal cannot be made in {folder} ({error}); the run "
+                          "goes on without one (pass journal_dir= a writable folder)",
+                          BackendWarning, stacklevel=caller_level())
 
     @classmethod
     def from_config(
@@ -548,3 +647,28 @@ def _check_wall_time(wall_time: Any) -> float:
     if not math.isfinite(wall_time) or wall_time < 0:
         raise ValueError(f"wall_time={wall_time!r} must be finite and >= 0 (time.time())")
     return float(wall_time)
+
+
+#: A folder given as a URL (fsspec's ``protocol://path``: ``s3://``, ``gs://``, ``memory://``).
+URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def local_folder(log_dir: str | os.PathLike[str] | None) -> Path | None:
+    """``log_dir`` as a ``Path``, refusing a URL, which ``Path`` would turn into a local folder
+    (``s3://b/x`` -> ``./s3:/b/x``).
+
+    Raises:
+        ConfigError: ``log_dir`` is a URL; the message names it and the backends' options
+            that write there.
+    """
+    if log_dir is None:
+        return None
+    if URL.match(os.fspath(log_dir)):
+        raise ConfigError(
+            f"log_dir={os.fspath(log_dir)!r} is a URL, and log_dir is a local folder (every "
+            "local backend writes under it); give a local folder, or the remote folder to the "
+            "backend that writes there: csv={'run_dir': '<URL>/<project>/<run name>'} (the "
+            "csv and tensorboard backends write through fsspec), or "
+            "MonitorLogger(save_dir=<URL>) in Lightning")
+    return Path(log_dir)
+

@@ -14,9 +14,11 @@ module but not its SDK. The types understood: ``bool``, ``int``, ``float``, ``st
 ``pathlib.Path`` and ``os.PathLike`` (a ``str`` or a path object), ``Mapping[K, V]``/``dict``,
 ``Sequence[T]``/``list``/``tuple`` (a ``str`` is not a sequence of options), ``Collection``,
 ``Iterable``, ``Callable`` and any other class (``isinstance``). As in the core's own
-checks, ``bool`` is not an ``int`` here, and ``float`` takes an ``int``. Values beyond types
-(ranges, formats) are the backend's optional ``check_options`` classmethod
-(``core_monitor.hookspecs.Backend.check_options``), called right after.
+checks, ``bool`` is not an ``int`` here, and ``float`` takes an ``int``. ``NonBlank`` (this
+module) is a ``str`` with a character other than whitespace: ``tags: Sequence[NonBlank]``,
+``project: NonBlank | None``. Values beyond types (ranges, formats) are the backend's optional
+``check_options`` classmethod (``core_monitor.hookspecs.Backend.check_options``), called right
+after.
 
 An annotation that cannot be evaluated (a name imported only under ``TYPE_CHECKING``) leaves
 that option unchecked; the contract kit's ``test_option_annotations_resolve`` names it.
@@ -32,11 +34,27 @@ import types
 import typing
 from collections.abc import Mapping
 from pathlib import PurePath
-from typing import Any
+from typing import Annotated, Any
 
 from .errors import ConfigError
 
-__all__ = ["check_option_types", "option_types", "unresolved_options"]
+__all__ = ["NonBlank", "check_option_types", "option_types", "unresolved_options"]
+
+
+class _NonBlankRule:
+    """The marker ``NonBlank`` carries: the value has a character other than whitespace."""
+
+    def accepts(self, value: Any) -> bool:
+        return isinstance(value, str) and bool(value.strip())
+
+    def __repr__(self) -> str:
+        return "non-blank"
+
+
+#: An option type: a ``str`` with a character other than whitespace (a tag, a project name).
+#: A type checker sees a ``str``; the core refuses ``""`` and ``"  "`` at ``Monitor()``, naming
+#: the option, so a plugin writes no ``check_options`` for it.
+NonBlank = Annotated[str, _NonBlankRule()]
 
 _EMPTY = inspect.Parameter.empty
 #: backend class -> (option -> (type, default)), read once per class and process.
@@ -127,7 +145,7 @@ def _evaluate(annotation: Any, namespace: dict[str, Any]) -> Any:
         pass
 
     holder.__annotations__ = {"option": annotation}
-    return typing.get_type_hints(holder, globalns=namespace)["option"]
+    return typing.get_type_hints(holder, globalns=namespace, include_extras=True)["option"]
 
 
 # Matching a value -------------------------------------------------------------------------------
@@ -152,8 +170,9 @@ def _accepts(hint: Any, value: Any) -> bool:
         return any(_accepts(arg, value) for arg in args)
     if origin is typing.Literal:
         return any(type(value) is type(arg) and value == arg for arg in args)
-    if origin is typing.Annotated:  # pragma: no cover - get_type_hints strips it
-        return _accepts(args[0], value)
+    if origin is typing.Annotated:
+        return _accepts(args[0], value) and all(
+            rule.accepts(value) for rule in args[1:] if isinstance(rule, _NonBlankRule))
     if hint is bool:
         return _is_bool(value)
     if hint is int:
@@ -209,6 +228,10 @@ def _describe_parts(hint: Any) -> list[str]:
         return [p for p in parts if p != "None"] + none  # "a str or None", None last
     if origin is typing.Literal:
         return [f"one of {', '.join(map(repr, args))}"] if len(args) > 1 else [repr(args[0])]
+    if origin is typing.Annotated:
+        if args[0] is str and any(isinstance(rule, _NonBlankRule) for rule in args[1:]):
+            return ["a non-blank str"]
+        return _describe_parts(args[0])
     if hint is bool:
         return ["True", "False"]
     if hint is int:

@@ -23,11 +23,16 @@ copy source. The module holds:
   ``str`` keys; values as the tracker keeps them (MLflow: strings).
 * ``read_media(run, **options) -> list[tuple[str, int, Image | Histogram | Text]]``
   (optional): the stored media at their steps, as ``core_monitor.media`` values.
+* ``read_crash(run, **options) -> str | None`` (every first-party plugin has one): how the run
+  ended. The reason the run crashed, as ``monitor_crash`` got it (``""`` from a tracker that
+  keeps a failed state but no text, wandb's exit code); ``None`` for a run that did not crash
+  (closed, still open). A tracker without a run status keeps one in a file
+  (``core_monitor.status_file.StatusFile``).
 
 ``options`` are keyword-only, named like the backend's own options they mirror (MLflow's
 ``tracking_uri``, TensorBoard's ``run_dir``): ``monitors copy --source-option K=V`` passes
 them. Resume's ``last_step`` is, by this contract, the largest step ``read_rows`` returns.
-``check_rows``/``check_config``/``check_media`` state the types; the kit runs them.
+``check_rows``/``check_config``/``check_media``/``check_crash`` state the types; the kit runs them.
 """
 
 from __future__ import annotations
@@ -37,14 +42,13 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib import import_module
-from importlib.metadata import entry_points
 from typing import Any
 
 from ._suggest import closest
+from .discovery import check_backend
 from .errors import ConfigError
-
-#: The entry-point group naming each backend's reader module.
-GROUP = "experiment_monitor_readers"
+from .plugins import READER_GROUP as GROUP
+from .plugins import installed_plugins
 
 
 @dataclass(frozen=True)
@@ -54,7 +58,8 @@ class Reader:
     Attributes:
         name: the backend name.
         module: the reader module's name.
-        read_rows: the required function; ``read_config``, ``read_media``: ``None`` when absent.
+        read_rows: the required function; ``read_config``, ``read_media``, ``read_crash``:
+            ``None`` when absent.
         options: the keyword options every function of it accepts (their union).
     """
 
@@ -64,6 +69,7 @@ class Reader:
     read_config: Callable[..., dict[str, Any]] | None
     read_media: Callable[..., list[tuple[str, int, Any]]] | None
     options: frozenset[str]
+    read_crash: Callable[..., str | None] | None = None
 
     def options_for(self, function: Callable[..., Any], options: Mapping[str, Any],
                     ) -> dict[str, Any]:
@@ -76,7 +82,8 @@ class Reader:
 
 def installed_readers() -> dict[str, str]:
     """Backend name -> reader module, from installed metadata only (nothing imported)."""
-    return {ep.name: ep.value for ep in entry_points(group=GROUP)}
+    return {name: plugin.reader for name, claims in installed_plugins().items()
+            for plugin in claims if plugin.reader is not None}
 
 
 def load_reader(name: str) -> Reader:
@@ -85,7 +92,9 @@ def load_reader(name: str) -> Reader:
     Raises:
         ConfigError: no installed distribution declares a reader for ``name`` (the message
             names the backends that have one), or its module lacks a callable ``read_rows``.
-        ImportError: the module (or its SDK) fails to import.
+        ImportError: the module (or its SDK) fails to import; ``BackendLoadError`` (an
+            ``ImportError``) when the plugin's ``check_sdk()`` reports a problem: the core runs
+            the backend's SDK check before its reader too, so a reader calls none.
     """
     readers = installed_readers()
     if name not in readers:
@@ -96,9 +105,12 @@ def load_reader(name: str) -> Reader:
             f"so it cannot be a copy source.{f' Did you mean {hint!r}?' if hint else ''} "
             f"Backends with a reader: {have} (`monitors list` shows them)."
         )
+    for plugin in installed_plugins().get(name, []):
+        if plugin.reader == readers[name] and plugin.entry_point is not None:
+            check_backend(plugin)
     module = import_module(readers[name])
     functions = {key: getattr(module, key, None)
-                 for key in ("read_rows", "read_config", "read_media")}
+                 for key in ("read_rows", "read_config", "read_media", "read_crash")}
     if not callable(functions["read_rows"]):
         raise ConfigError(f"the reader of backend {name!r} ({readers[name]}) has no function "
                           "read_rows(run, **options); see core_monitor.readers")
@@ -110,7 +122,8 @@ def load_reader(name: str) -> Reader:
     return Reader(name, readers[name], functions["read_rows"],
                   functions["read_config"] if callable(functions["read_config"]) else None,
                   functions["read_media"] if callable(functions["read_media"]) else None,
-                  frozenset(options))
+                  frozenset(options),
+                  functions["read_crash"] if callable(functions["read_crash"]) else None)
 
 
 def check_rows(rows: Any) -> list[str]:
@@ -139,6 +152,13 @@ def check_config(config: Any) -> list[str]:
     if not isinstance(config, dict):
         return [f"read_config returned {type(config).__name__}, not a dict"]
     return [f"config key {key!r:.80} is not a str" for key in config if not isinstance(key, str)]
+
+
+def check_crash(crash: Any) -> list[str]:
+    """What ``crash`` (a ``read_crash`` result) breaks of the contract."""
+    if crash is None or isinstance(crash, str):
+        return []
+    return [f"read_crash returned {type(crash).__name__}, not the reason (str) or None"]
 
 
 def check_media(media: Any) -> list[str]:

@@ -35,7 +35,8 @@ else:  # pragma: no cover - exercised on 3.10 only
 
 #: ``Monitor`` keyword arguments besides ``backends``; any other keyword names a backend.
 MONITOR_KEYWORDS = ("project", "name", "config", "log_dir", "strict", "rank_zero_only",
-                    "dispatch", "queue_size", "on_full", "resume", "system_metrics")
+                    "dispatch", "queue_size", "on_full", "resume", "system_metrics", "journal",
+                    "journal_dir", "keep_journal", "budget")
 #: Top-level keys of a settings file (or mapping), besides one section per backend.
 FILE_KEYS = ("backends", *MONITOR_KEYWORDS)
 #: Comma-separated backends to select when neither code nor file does, e.g. ``trackio,wandb``.

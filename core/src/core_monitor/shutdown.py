@@ -31,7 +31,8 @@ logger = logging.getLogger("core_monitor")
 
 
 #: Seconds each backend gets to write its queued calls when closing at exit or on SIGTERM
-#: (``Monitor.close(timeout=...)``); schedulers usually wait 30 s or more before SIGKILL.
+#: (``Monitor.close(timeout=...)``); schedulers usually wait 30 s or more before SIGKILL. A
+#: writer process still making progress then is not killed (``exiting``).
 EXIT_TIMEOUT = 20.0
 
 
@@ -55,6 +56,11 @@ _open: dict[int, Closeable] = {}
 #: process is told it with its stop request and reports it as the run's end (``monitor_crash``)
 #: where the tracker has a status. ``None`` for an ordinary close or exit.
 terminating: str | None = None
+#: Whether this process is closing everything at exit or on SIGTERM (``close_all``): the
+#: ``EXIT_TIMEOUT`` limit then never ends a writer process that is still making progress
+#: (``core_monitor.dispatch.wire.Progress``); a ``close(timeout=)`` of the user's keeps its
+#: deadline.
+exiting = False
 _previous_sigterm: Any = None
 _sigterm_installed = False
 
@@ -84,6 +90,8 @@ def close_all() -> None:
     An exception from one ``close()`` is logged (logger ``core_monitor``) and the others are
     still closed: at exit there is nobody left to raise to.
     """
+    global exiting
+    exiting = True
     for closeable in reversed(list(_open.values())):
         try:
             closeable.close(timeout=EXIT_TIMEOUT)

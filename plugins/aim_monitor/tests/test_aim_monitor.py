@@ -60,6 +60,10 @@ class TestAimContract(MonitorContract):
     def read_media(self, repo: str):
         return functools.partial(aim_monitor.read_media, repo=repo)
 
+    @pytest.fixture
+    def read_crash(self, repo: str):
+        return functools.partial(aim_monitor.read_crash, repo=repo)
+
 
 def test_the_entry_points_name_the_backend_and_its_reader() -> None:
     (found,) = entry_points(group="experiment_monitors", name="aim")

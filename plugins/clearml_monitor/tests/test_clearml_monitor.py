@@ -19,6 +19,7 @@ import pytest
 
 import clearml_monitor
 from clearml_monitor import ClearmlMonitor, read_config, read_rows
+from clearml_monitor.reader import read_crash
 from core_monitor import ConfigError, Histogram, Image, Monitor, RunInfo, Text
 from core_monitor.testing import MonitorContract
 
@@ -31,6 +32,7 @@ class TestClearmlContract(MonitorContract):
     read_rows = staticmethod(clearml_monitor.read_rows)
     read_config = staticmethod(clearml_monitor.read_config)
     read_media = staticmethod(clearml_monitor.read_media)
+    read_crash = staticmethod(read_crash)
 
 
 def test_the_entry_points_name_the_backend_and_its_reader() -> None:
@@ -94,9 +96,73 @@ def test_a_second_task_open_in_one_process_is_refused_naming_the_fix(tmp_path: P
     with Monitor(["clearml"], project="p", name="first", log_dir=tmp_path,
                  dispatch="thread") as first:
         first.log({"loss": 1.0}, step=1)
-        with pytest.raises(ConfigError, match=r"dispatch='process'"):
+        with pytest.raises(ConfigError, match=r"'first'.*dispatch='thread' or 'sync'.*"
+                                              r"dispatch='process'\) \(the default\)"):
             ClearmlMonitor(RunInfo(project="p", name="second", log_dir=tmp_path))
     assert read_rows(first.run) == [("loss", 1, 1.0)]
+
+
+def test_beside_the_users_own_task_a_writer_process_writes_a_task_of_its_own(
+    tmp_path: Path, clearml_env: None, request: pytest.FixtureRequest
+) -> None:
+    """The user's ``Task.init`` first (ClearML's first line; accelerate's and the Trainer's
+    ClearML trackers do the same), then a monitor with the default dispatch: the writer
+    inherits ``CLEARML_PROC_MASTER_ID`` and must not take the user's task for its own. Both
+    tasks hold their own rows, each read back from its own offline session."""
+    task = _theirs("theirs")
+    task.get_logger().report_scalar("train", "train/theirs", value=0.5, iteration=3)
+    request.addfinalizer(task.close)  # closed below; again (nothing) if the test fails first
+    assert os.environ["CLEARML_PROC_MASTER_ID"].endswith(":" + task.id)
+    with Monitor(["clearml"], project="p", name="ours", log_dir=tmp_path,
+                 config={"lr": 0.1}, dispatch="process") as monitor:
+        monitor.log({"train/ours": 2.0}, step=7)
+        monitor.log({"train/ours": 3.0}, step=8)
+    assert monitor.failures == {}
+    task.get_logger().report_scalar("train", "train/theirs", value=0.25, iteration=4)
+    task.close()
+    assert read_rows(monitor.run) == [("train/ours", 7, 2.0), ("train/ours", 8, 3.0)]
+    assert read_config(monitor.run) == {"lr": 0.1}
+    theirs = RunInfo(project="p", name="theirs", log_dir=tmp_path)
+    assert read_rows(theirs) == [("train/theirs", 3, 0.5), ("train/theirs", 4, 0.25)]
+    ours_id = json.loads((clearml_monitor.find_session(monitor.run) / "task.json").read_text())
+    assert ours_id["id"] != task.id
+
+
+def test_a_writer_process_leaves_the_task_a_clearml_agent_runs(
+    tmp_path: Path, clearml_env: None
+) -> None:
+    """Under ``clearml-agent`` the training process has ``CLEARML_TASK_ID`` (ClearML then takes
+    every process for that remote task); the writer starts a task of its own."""
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("CLEARML_TASK_ID", "0123456789abcdef0123456789abcdef")
+        env.setenv("CLEARML_PROC_MASTER_ID", "1:0123456789abcdef0123456789abcdef")
+        with Monitor(["clearml"], project="p", name="ours", log_dir=tmp_path,
+                     dispatch="process") as monitor:
+            monitor.log({"loss": 2.0}, step=7)
+    assert monitor.failures == {}
+    assert read_rows(monitor.run) == [("loss", 7, 2.0)]
+
+
+def test_the_task_layout_is_the_documented_one(tmp_path: Path) -> None:
+    """The layout ``docs/frameworks/accelerate.md`` and ``transformers.md`` set against the
+    built-in ClearML trackers': config as typed hyperparameters in the section ``General``;
+    plot = the tag up to its last ``/``, series = the whole tag (``eval_loss`` is plot
+    ``eval_loss``, not accelerate's plot ``loss`` series ``eval``); a value logged without a
+    step is a scalar at the next step, never a ClearML single value."""
+    with Monitor(["clearml"], project="p", name="layout", log_dir=tmp_path,
+                 config={"lr": 0.1, "opt": {"name": "sgd"}}, dispatch="thread") as monitor:
+        monitor.log({"eval_loss": 0.5, "eval/loss": 0.25}, step=3)
+        monitor.log({"train_runtime": 12.0})  # no step: the next one, 4
+    session = clearml_monitor.find_session(monitor.run)
+    events = [e for line in (session / "metrics.jsonl").open() for e in json.loads(line)]
+    assert sorted((e["type"], e["metric"], e["variant"], e["iter"]) for e in events) == [
+        ("training_stats_scalar", "eval", "eval/loss", 3),
+        ("training_stats_scalar", "eval_loss", "eval_loss", 3),
+        ("training_stats_scalar", "train_runtime", "train_runtime", 4)]
+    hyperparams = json.loads((session / "task.json").read_text())["hyperparams"]
+    assert set(hyperparams) == {"General"}
+    assert {k: (v["value"], v["type"]) for k, v in hyperparams["General"].items()} == {
+        "lr": ("0.1", "float"), "opt.name": ("sgd", "str")}
 
 
 def test_the_task_detects_no_repository_and_scans_no_requirements(tmp_path: Path) -> None:

@@ -40,6 +40,7 @@ class TestCometContract(MonitorContract):
     read_rows = staticmethod(read_rows)
     read_config = staticmethod(read_config)
     read_media = staticmethod(read_media)
+    read_crash = staticmethod(read_crash)
 
 
 def test_the_entry_points_name_the_backend_and_its_reader():
@@ -278,10 +279,26 @@ def test_options_reach_the_experiment(tmp_path):
                 comet={"experiment_key": key})
 
 
+@pytest.mark.parametrize("comet_project", [True, False])
+def test_comet_project_leaves_the_project_to_comets_configuration(tmp_path, monkeypatch,
+                                                                 comet_project):
+    """``comet_project=True`` (what a DeepSpeed ``comet`` section without ``project`` gives):
+    the project ``COMET_PROJECT_NAME`` names, as ``comet_ml.start(project=None)`` takes it;
+    by default the run's project."""
+    monkeypatch.setenv("COMET_PROJECT_NAME", "from-comet-config")
+    with Monitor(["comet"], project="p", name="r", log_dir=tmp_path,
+                 comet={"comet_project": comet_project}) as monitor:
+        monitor.log({"loss": 1.0}, step=4)
+    (archive,) = read_archives(monitor.run)
+    assert archive.experiment["project_name"] == ("from-comet-config" if comet_project else "p")
+    assert read_rows(monitor.run) == [("loss", 4, 1.0)]
+
+
 @pytest.mark.parametrize(("options", "words"), [
     ({"experiment_key": "short"}, ["experiment_key='short'", "32 to 50 letters and digits"]),
     ({"project": ""}, ["project=''"]),
-    ({"tags": ["ok", ""]}, ["tags", "empty tag"]),
+    ({"tags": ["ok", ""]}, ["tags=['ok', '']", "a list of non-blank str"]),
+    ({"workspace": "  "}, ["workspace='  '", "a non-blank str or None"]),
     ({"online": "yes"}, ["online='yes'"]),
 ])
 def test_a_bad_option_is_refused_naming_it(tmp_path, options, words):

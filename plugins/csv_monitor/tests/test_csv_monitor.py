@@ -11,11 +11,13 @@ from pathlib import Path
 import pytest
 import yaml
 
+import csv_monitor
 from core_monitor import ConfigError, Monitor, RunInfo
 from core_monitor.testing import MonitorContract
 from csv_monitor import CsvMonitor, read_config, read_rows, read_rows_in
 from csv_monitor.deepspeed_files import column, file_name
-from csv_monitor.storage import read_status, run_dir
+from csv_monitor.reader import read_crash
+from csv_monitor.storage import run_dir, status_of
 
 
 class TestCsvLightningContract(MonitorContract):
@@ -24,6 +26,7 @@ class TestCsvLightningContract(MonitorContract):
     backend_class = CsvMonitor
     read_rows = staticmethod(read_rows)
     read_config = staticmethod(read_config)
+    read_crash = staticmethod(read_crash)
 
 
 class TestCsvDeepSpeedContract(MonitorContract):
@@ -32,6 +35,7 @@ class TestCsvDeepSpeedContract(MonitorContract):
     backend_class = CsvMonitor
     read_rows = staticmethod(read_rows)
     read_config = staticmethod(read_config)
+    read_crash = staticmethod(read_crash)
     backend_options = {"layout": "deepspeed"}  # noqa: RUF012 (the kit reads it as given)
 
 
@@ -104,7 +108,7 @@ def test_lightning_layout_matches_the_csv_logger_byte_for_byte(tmp_path):
     assert produced == expected
     assert produced.splitlines()[0] == b"lr,step,train/loss,val/acc"  # csv's \r\n ends
     assert yaml.safe_load((run_dir(monitor.run) / "hparams.yaml").read_text()) == hparams
-    assert read_status(run_dir(monitor.run)) == "finished"
+    assert status_of(run_dir(monitor.run)).read() == "finished"
 
 
 def _deepspeed_files(events: list[tuple[str, float, int]], folder: Path) -> None:
@@ -159,7 +163,7 @@ def test_run_dir_puts_the_files_in_that_folder_exactly(tmp_path):
     assert read_rows_in(folder) == [("a/b", 3, 1.5), ("a/b", 4, 2.5)]
     ranked = CsvMonitor(RunInfo(project="p", name="n", rank=1), run_dir=folder)
     ranked.monitor_close()
-    assert read_status(folder / "rank1") == "finished"
+    assert status_of(folder / "rank1").read() == "finished"
     with pytest.raises(ConfigError, match="run_dir"):
         Monitor(["csv"], project="p", name="n", dispatch="sync", csv={"run_dir": ""})
 
@@ -178,13 +182,49 @@ def test_resume_appends_to_the_same_files(tmp_path, layout):
     assert read_config(second.run) == {"a": 1, "b": 2}
 
 
-def test_a_second_run_of_the_same_name_never_deletes_the_first(tmp_path):
-    with Monitor(["csv"], project="p", name="r", log_dir=tmp_path, dispatch="sync") as first:
+def test_a_second_run_of_the_same_name_replaces_the_first_with_a_warning_as_csvlogger(tmp_path):
+    """Lightning's ``CSVLogger`` with a ``version`` already used warns and deletes the folder's
+    ``metrics.csv``: the rows of the two runs never mix."""
+    with Monitor(["csv"], project="p", name="r", log_dir=tmp_path, dispatch="sync",
+                 config={"a": 1}) as first:
+        first.log({"loss": 1.0, "old": 3.0}, step=1)
+    with pytest.warns(UserWarning, match=r"exists and is not empty.*metrics.csv is deleted.*"
+                                         r"resume='allow'"):
+        second = Monitor(["csv"], project="p", name="r", log_dir=tmp_path, dispatch="sync",
+                         strict=True, config={"b": 2})
+    with second:
+        second.log({"loss": 0.5}, step=0)
+    assert read_rows(second.run) == [("loss", 0, 0.5)]
+    assert read_config(second.run) == {"b": 2}
+    assert (tmp_path / "p" / "r" / "metrics.csv").read_bytes() == b"loss,step\r\n0.5,0\r\n"
+
+
+def test_a_second_deepspeed_layout_run_of_the_same_name_is_refused(tmp_path):
+    """DeepSpeed's ``csv_monitor`` appends to each tag's file (a second header row among the
+    rows): refused, naming resume='allow'; nothing deleted."""
+    options = {"layout": "deepspeed"}
+    with Monitor(["csv"], project="p", name="r", log_dir=tmp_path, dispatch="sync",
+                 csv=options) as first:
         first.log({"loss": 1.0}, step=1)
     with pytest.raises(ConfigError, match="resume='allow' to append"):
         Monitor(["csv"], project="p", name="r", log_dir=tmp_path, dispatch="sync",
-                strict=True)
+                strict=True, csv=options)
     assert read_rows(first.run) == [("loss", 1, 1.0)]
+
+
+def test_epoch_is_written_as_an_integer_as_csvlogger_writes_it(tmp_path):
+    """``epoch`` (Lightning logs it as an int) reads ``0``, so ``int(row["epoch"])`` works; other
+    tags keep the float's repr (a float metric 1.0 is ``1.0``, as in CSVLogger); a tag named in
+    ``integer_tags`` likewise, and a value that is not whole stays a float."""
+    with Monitor(["csv"], project="p", name="r", log_dir=tmp_path, dispatch="sync",
+                 csv={"integer_tags": ["epoch", "tokens"]}) as monitor:
+        monitor.log({"epoch": 0, "acc": 1, "tokens": 2**40, "loss": 0.25}, step=0)
+        monitor.log({"epoch": 1.5, "tokens": float("nan")}, step=1)
+    assert (tmp_path / "p" / "r" / "metrics.csv").read_bytes() == (
+        b"acc,epoch,loss,step,tokens\r\n1.0,0,0.25,0,1099511627776\r\n,1.5,,1,nan\r\n")
+    assert [(tag, step, repr(value)) for tag, step, value in read_rows(monitor.run)] == [
+        ("acc", 0, "1.0"), ("epoch", 0, "0.0"), ("loss", 0, "0.25"), ("tokens", 0, repr(2.0**40)),
+        ("epoch", 1, "1.5"), ("tokens", 1, "nan")]
 
 
 def test_the_other_layouts_run_is_refused_naming_the_layout(tmp_path):
@@ -209,7 +249,7 @@ def test_a_crash_is_marked_in_the_status_file_after_the_rows(tmp_path):
     backend.monitor_crash("the training process (pid 1) ended without closing the monitor")
     backend.monitor_close()
     folder = run_dir(RunInfo(project="p", name="c", log_dir=tmp_path))
-    assert read_status(folder) == ("crashed: the training process (pid 1) ended without "
+    assert status_of(folder).read() == ("crashed: the training process (pid 1) ended without "
                                    "closing the monitor")
     assert read_rows(RunInfo(project="p", name="c", log_dir=tmp_path)) == [("loss", 3, 0.5)]
 
@@ -232,3 +272,75 @@ def test_values_round_trip_exactly(tmp_path):
         for step, value in enumerate(values):
             monitor.log({"x": value}, step=step)
     assert [v for _, _, v in read_rows(monitor.run)] == values
+
+
+# A remote folder (an fsspec URL), as Lightning's test_csv_logger_remotefs writes one ----------
+
+@pytest.fixture
+def memory_url(request):
+    """A folder of fsspec's in-memory filesystem, removed after the test."""
+    import fsspec
+
+    url = f"memory://csv-tests/{request.node.name}"
+    fs, path = fsspec.core.url_to_fs(url)
+    yield url
+    if fs.exists(path):
+        fs.rm(path, recursive=True)
+
+
+def test_a_run_dir_url_is_written_through_fsspec(memory_url):
+    """``run_dir`` as an fsspec URL: the same ``metrics.csv``, ``hparams.yaml`` and ``status``
+    as in a local folder, written through fsspec, read back by the reader from the URL."""
+    import fsspec
+
+    url = f"{memory_url}/p/r"
+    with Monitor(["csv"], project="p", name="r", csv={"run_dir": url}, config={"lr": 0.1},
+                 dispatch="sync") as monitor:
+        monitor.log({"loss": 0.5, "epoch": 0}, step=0)
+        monitor.flush()
+        monitor.log({"loss": 0.25, "acc": 1.0}, step=1)  # a new column: the file rewritten
+    assert read_rows_in(url) == [("epoch", 0, 0.0), ("loss", 0, 0.5), ("acc", 1, 1.0),
+                                 ("loss", 1, 0.25)]
+    fs, path = fsspec.core.url_to_fs(url)
+    assert fs.cat_file(f"{path}/metrics.csv") == (
+        b"acc,epoch,loss,step\r\n,0,0.5,0\r\n1.0,,0.25,1\r\n")
+    assert csv_monitor.read_config_in(url) == {"lr": 0.1}
+    assert fs.cat_file(f"{path}/status") == b"finished\n"
+    assert not Path("memory:").exists()  # nothing written to a local folder named after it
+
+
+def test_a_remote_run_of_the_same_name_is_replaced_or_continued(memory_url):
+    url = f"{memory_url}/p/r"
+    with Monitor(["csv"], project="p", name="r", csv={"run_dir": url},
+                 dispatch="sync") as first:
+        first.log({"loss": 1.0}, step=3)
+    with Monitor(["csv"], project="p", name="r", csv={"run_dir": url}, dispatch="sync",
+                 resume="allow") as second:
+        assert second.last_steps == {"csv": 3}
+        second.log({"loss": 0.5}, step=4)
+    assert read_rows_in(url) == [("loss", 3, 1.0), ("loss", 4, 0.5)]
+    with pytest.warns(UserWarning, match="exists and is not empty"):
+        third = Monitor(["csv"], project="p", name="r", csv={"run_dir": url}, dispatch="sync",
+                        strict=True)
+    with third:
+        third.log({"loss": 0.25}, step=0)
+    assert read_rows_in(url) == [("loss", 0, 0.25)]
+
+
+def test_a_url_the_backend_cannot_write_is_refused_naming_the_fix(tmp_path, memory_url):
+    with pytest.raises(ConfigError, match=r"memory://.*only the lightning layout"):
+        Monitor(["csv"], project="p", name="r", csv={"run_dir": memory_url,
+                                                    "layout": "deepspeed"},
+                dispatch="sync", strict=True)
+    with pytest.raises(ConfigError, match=r"nofs://x.*install the filesystem's package"):
+        Monitor(["csv"], project="p", name="r", csv={"run_dir": "nofs://x"}, dispatch="sync",
+                strict=True)
+
+
+@pytest.mark.parametrize("log_dir", ["s3://bucket/runs", "memory://runs"])
+def test_a_url_as_log_dir_is_a_config_error_not_a_local_folder(tmp_path, monkeypatch, log_dir):
+    """``Path("s3://b/x")`` is the local folder ``s3:/b/x``: refused, naming the csv option."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match=r"log_dir='.*' is a URL.*csv=\{'run_dir'"):
+        Monitor(["csv"], project="p", log_dir=log_dir)
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(":")]  # no ./s3: folder

@@ -4,16 +4,17 @@ calls."""
 from __future__ import annotations
 
 import json
-import math
 import subprocess
 from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
 
-from core_monitor import ConfigError, Monitor
+from core_monitor import Monitor
 from core_monitor.testing import MonitorContract
-from dvclive_monitor import DvcliveMonitor, read_config, read_rows, run_dir, status_of
+from dvclive_monitor import DvcliveMonitor, read_config, read_rows, run_dir
+from dvclive_monitor.reader import read_crash
+from dvclive_monitor.storage import status_of
 
 
 class TestDvcliveContract(MonitorContract):
@@ -22,6 +23,7 @@ class TestDvcliveContract(MonitorContract):
     backend_class = DvcliveMonitor
     read_rows = staticmethod(read_rows)
     read_config = staticmethod(read_config)
+    read_crash = staticmethod(read_crash)
 
 
 def test_the_entry_points_name_the_backend_and_its_reader():
@@ -79,7 +81,7 @@ def test_files_are_dvclives_own_for_the_same_calls(tmp_path, monkeypatch):
     want = [(tag, step, value) for metrics, step in CALLS for tag, value in metrics.items()]
     assert sorted(map(repr, rows)) == sorted(map(repr, want))  # repr: nan equals nan
     assert read_config(monitor.run) == {**CONFIG, **LATE}
-    assert status_of(monitor.run) == "finished"
+    assert status_of(run_dir(monitor.run)).read() == "finished"
 
 
 def test_nothing_is_written_outside_the_run_folder_in_a_git_repository(tmp_path, monkeypatch):
@@ -116,10 +118,16 @@ def test_a_tag_under_another_keeps_its_rows_and_is_reported_once(tmp_path):
     assert sorted(read_rows(monitor.run)) == [("a", 0, 1.0), ("a/b", 1, 2.0), ("a/b", 2, 3.0)]
 
 
-def test_a_second_run_of_the_same_name_is_refused_and_nothing_deleted(tmp_path):
-    with Monitor(["dvclive"], project="p", name="r", log_dir=tmp_path) as first:
-        first.log({"loss": 1.0}, step=1)
-    with pytest.raises(ConfigError, match="resume='allow'"):
-        Monitor(["dvclive"], project="p", name="r", log_dir=tmp_path, strict=True)
-    assert read_rows(first.run) == [("loss", 1, 1.0)]
-    assert not math.isnan(read_rows(first.run)[0][2])
+def test_a_second_run_of_the_same_name_replaces_the_first_as_live_does(tmp_path):
+    """``dvclive.Live()`` in a folder holding a run deletes its metrics and params: the same,
+    after a warning naming the folder and resume='allow' (the rule for every backend)."""
+    with Monitor(["dvclive"], project="p", name="r", log_dir=tmp_path,
+                 config={"a": 1}) as first:
+        first.log({"loss": 1.0, "old": 2.0}, step=1)
+    with pytest.warns(UserWarning, match=r"already in .*resume='allow'"):
+        second = Monitor(["dvclive"], project="p", name="r", log_dir=tmp_path, strict=True,
+                         dispatch="sync", config={"b": 2})
+    with second:
+        second.log({"loss": 0.5}, step=0)
+    assert read_rows(second.run) == [("loss", 0, 0.5)]
+    assert read_config(second.run) == {"b": 2}

@@ -19,6 +19,7 @@ from swanlab_monitor import (
     read_media,
     read_rows,
 )
+from swanlab_monitor.reader import read_crash
 from swanlab_monitor.steps import StepSet
 from swanlab_monitor.storage import key_of, tag_of
 
@@ -32,6 +33,7 @@ class TestSwanlabContract(MonitorContract):
     read_rows = staticmethod(read_rows)
     read_config = staticmethod(read_config)
     read_media = staticmethod(read_media)
+    read_crash = staticmethod(read_crash)
 
 
 def test_the_entry_points_name_the_backend_and_its_reader():

@@ -30,6 +30,7 @@ from tensorboard_monitor import (
     read_rows,
     run_dir,
 )
+from tensorboard_monitor.reader import read_crash
 
 
 def raw_events(folder: Path) -> list:
@@ -63,6 +64,7 @@ class TestTensorBoardContract(MonitorContract):
     read_rows = staticmethod(read_rows)
     read_config = staticmethod(read_config)
     read_media = staticmethod(read_media)
+    read_crash = staticmethod(read_crash)
 
 
 @pytest.fixture
@@ -437,3 +439,28 @@ def test_a_crash_is_a_text_at_the_runs_largest_step(tmp_path):
     backend.monitor_write([Event("loss", 0.5, 0, 1.0e9)])
     backend.monitor_close()
     assert read_media(closed) == []
+
+
+def test_a_run_dir_url_is_written_through_tensorboards_file_layer():
+    """``run_dir`` as an fsspec URL (``memory://``), as ``TensorBoardLogger(save_dir=<URL>)``
+    takes one: the event file is written there and read back with ``EventAccumulator``; a
+    second run there adds its event file beside the first (``SummaryWriter(log_dir=...)``'s
+    meaning of an exact folder), nothing deleted."""
+    import fsspec
+
+    url = "memory://tensorboard-tests/p/r"
+    fs, path = fsspec.core.url_to_fs(url)
+    try:
+        with Monitor(["tensorboard"], project="p", name="r", dispatch="sync",
+                     tensorboard={"run_dir": url}) as monitor:
+            monitor.log({"loss": 0.5}, step=3)
+        assert read_rows(monitor.run, run_dir=url) == [("loss", 3, 0.5)]
+        assert not Path("memory:").exists()
+        with Monitor(["tensorboard"], project="p", name="r", dispatch="sync", strict=True,
+                     tensorboard={"run_dir": url}) as second:
+            second.log({"loss": 0.25}, step=4)
+        assert read_rows(second.run, run_dir=url) == [("loss", 3, 0.5), ("loss", 4, 0.25)]
+        assert len(fs.glob(f"{path}/*tfevents*")) == 2
+    finally:
+        if fs.exists(path):
+            fs.rm(path, recursive=True)

@@ -32,6 +32,7 @@ from trackio_monitor import (
     read_rows,
     trackio_dir,
 )
+from trackio_monitor.reader import read_crash
 
 #: Most tests here check the plugin against Trackio's process-wide state as this process sees
 #: it (Trackio's folder, its current run, ``SQLiteStorage`` while the run is open), so their
@@ -45,6 +46,7 @@ class TestTrackioContract(MonitorContract):
     read_rows = staticmethod(read_rows)
     read_config = staticmethod(read_config)
     read_media = staticmethod(read_media)
+    read_crash = staticmethod(read_crash)
 
 
 @pytest.fixture

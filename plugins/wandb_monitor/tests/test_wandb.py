@@ -27,6 +27,7 @@ from wandb_monitor import (
     read_records,
     read_rows,
 )
+from wandb_monitor.reader import read_crash
 
 #: Keep runs lean and local: no console capture, git, code saving or system-metrics process.
 LEAN = {"console": "off", "save_code": False, "disable_git": True, "x_disable_stats": True}
@@ -78,6 +79,7 @@ class TestWandbContract(MonitorContract):
     read_rows = staticmethod(read_rows)
     read_config = staticmethod(read_config)
     read_media = staticmethod(read_media)
+    read_crash = staticmethod(read_crash)
 
 
 @pytest.fixture

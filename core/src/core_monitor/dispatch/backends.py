@@ -22,8 +22,9 @@ from ..run import RunInfo
 UNSUPPORTED_HOOK_OPTIONS = ("wrapper", "hookwrapper", "tryfirst", "trylast")
 
 
-class Backend:
-    """One started backend, in the process that calls it.
+class StartedBackend:
+    """One started backend, in the process that calls it (``hookspecs.Backend`` is the
+    protocol its class follows; this is the core's handle on one instance).
 
     Attributes:
         name: the name it was selected by, e.g. ``"trackio"``.
@@ -40,7 +41,11 @@ class Backend:
         self.hooks = dict(hooks)
 
     def __repr__(self) -> str:
-        return f"<Backend {self.name!r} hooks={sorted(self.hooks)}>"
+        return f"<StartedBackend {self.name!r} hooks={sorted(self.hooks)}>"
+
+
+#: The name ``StartedBackend`` had (two classes were named ``Backend``); kept for one release.
+Backend = StartedBackend
 
 
 def new_manager() -> pluggy.PluginManager:
@@ -51,8 +56,8 @@ def new_manager() -> pluggy.PluginManager:
 
 
 def start_backend(manager: pluggy.PluginManager, name: str, cls: type, run: RunInfo,
-                  options: Mapping[str, Any]) -> Backend:
-    """Check the SDK of ``cls`` (``core_monitor.compat.ensure_sdk``: its ``check_sdk()``, once
+                  options: Mapping[str, Any]) -> StartedBackend:
+    """Check the SDK of ``cls`` (``core_monitor.sdk.ensure_sdk``: its ``check_sdk()``, once
     per process), construct ``cls(run, **options)`` and validate its hooks. The one place the
     core constructs a backend, whichever process it runs in.
 
@@ -76,7 +81,7 @@ def start_backend(manager: pluggy.PluginManager, name: str, cls: type, run: RunI
         if manager.is_registered(instance):
             manager.unregister(instance)
         raise
-    return Backend(name, instance, hooks)
+    return StartedBackend(name, instance, hooks)
 
 
 def hook_names(cls: type) -> frozenset[str]:

@@ -53,6 +53,9 @@ class Channel:
     kind: ClassVar[str]
     name: str
     full = "its buffer is full"
+    #: The journal's seq of the first call this channel did not get (dropped, or its
+    #: writer gone), ``None`` while it got every call: its cursor never passes it.
+    gap: int | None = None
 
     def __init__(self, name: str) -> None:
         self.name = name

@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shlex
 import time
 import warnings
 from collections import deque
@@ -42,6 +43,7 @@ from itertools import chain, repeat
 from queue import SimpleQueue
 from typing import Any, ClassVar
 
+from .. import journal as run_journal  # a module: journal imports this package's wire
 from .. import shutdown
 from ..errors import BackendWarning, ConfigError, FlushTimeout
 from ..events import Batch
@@ -53,6 +55,7 @@ from .backends import Backend, hook_names, new_manager, start_backend
 from .channel import FULL, GONE, ROOM, BackendSpec, Channel
 from .policy import Policy
 from .processes import (
+    BYTES_PER_CALL,
     PIPE_BUF,
     STARTUP_SECONDS,
     WriterChannel,
@@ -77,8 +80,12 @@ MODE_KINDS = {"process": "process", "thread": "thread", "background": "thread",
 _LOST = {"process": ("not written when close(timeout={timeout}) gave up or its writer process "
                      "had ended; the backend is not closed"),
          "thread": "still queued when close(timeout={timeout}) gave up; the backend is not closed"}
+_DETACHED = {"process": "not sent once its budget was spent (it fell too far behind)"}
 _DROPPED = {"process": "dropped, its buffer was full (on_full='drop')",
             "thread": "dropped, its queue was full (on_full='drop')"}
+
+#: Times a backend's writer process is started again after dying, per monitor.
+MAX_RESTARTS = 3
 
 _put = SimpleQueue.put
 _write = os.write
@@ -131,6 +138,15 @@ class FanOut:
         # tickets of a fork that did not wait them out (``before_fork``).
         self._fork_flushed_at: int | None = None
         self._fork_tickets: dict[str, SimpleQueue[bool]] = {}
+        #: Backend name -> how many times its writer process was started again.
+        self.restarts: dict[str, int] = {}
+        self._restarted_at: dict[str, int] = {}  # the cursor of each backend's last restart
+        #: Backend name -> its budget in bytes (``Monitor(budget=...)``); ``None`` key: the
+        #: budget of every backend not named.
+        self.budgets: dict[str | None, int] = {}
+        #: Backend name -> the journal seq of the first call it was not sent, once its budget
+        #: was spent (it is left to ``monitors sync``).
+        self.detached: dict[str, int] = {}
         self._told: set[tuple[str, str]] = set()  # (backend, optional hook) warned about
         self._manager = new_manager()
         self._host: WriterHost | None = None  # what the writer channels share
@@ -142,6 +158,11 @@ class FanOut:
         self._live: list[WriterChannel] = []  # the writer channels still sent to
         self._fds: list[int] = []  # their data pipes
         self._writable = writable([])  # which of ``_fds`` have room for a frame (a list)
+        self._least = capacity  # the smallest thread queue's capacity (``_take``)
+        #: The run's journal (``core_monitor.journal``), set by the ``Monitor`` before
+        #: ``start``; ``None``: no journal.
+        self.journal: run_journal.Journal | None = None
+        self._append: Callable[[bytes], int] | None = None  # the journal's append, or None
 
     @property
     def names(self) -> list[str]:
@@ -178,6 +199,36 @@ class FanOut:
 
     # Start -------------------------------------------------------------------------------
 
+    def _start_journal(self, specs: Sequence[BackendSpec], run: RunInfo) -> None:
+        """Append the journal's ``START`` record (the backends, their options, the run); a
+        journal that cannot be written is given up with one warning (the run goes on)."""
+        assert self.journal is not None
+        listed = []
+        for spec in specs:
+            options = dict(spec.options)
+            try:
+                wire.encode_parts(options)
+            except Exception:  # options that do not pickle: ``monitors sync --to-option``
+                options = {}
+            listed.append((spec.name, spec.cls.__module__, spec.cls.__qualname__, options))
+        try:
+            self.journal.start(run, listed)
+        except OSError as error:
+            self._journal_failed(error)
+            return
+        self._append = self.journal.append
+
+    def _journal_failed(self, error: OSError) -> None:
+        """The journal cannot be written (a full or read-only disk): warn once, go on without."""
+        journal, self.journal, self._append = self.journal, None, None
+        where = journal.folder if journal is not None else "?"
+        warnings.warn(f"the run's journal in {where} cannot be written ({error}); the "
+                      "backends still get every call, but what they have not confirmed is "
+                      "no longer kept on disk (no `monitors sync` for this run)",
+                      BackendWarning, stacklevel=4)
+        if journal is not None:
+            journal.forget()
+
     def placement(self, spec: BackendSpec, run: RunInfo) -> str:
         """The kind of channel ``spec`` gets: ``MODE_KINDS[mode]``, except a thread for a
         backend a writer process may not import by module path (or whose options do not
@@ -206,10 +257,16 @@ class FanOut:
         """
         kinds = {spec.name: self.placement(spec, run) for spec in specs}
         in_process = [spec for spec in specs if kinds[spec.name] == "process"]
+        capacity = {spec.name: self.capacity_of(spec.name) for spec in specs}
+        where = None
+        if self.journal is not None:
+            self._start_journal(specs, run)
+            if self.journal is not None:
+                where = (str(self.journal.folder), self.journal.next_seq)
         if in_process:
             self._host = WriterHost(self.policy)
             try:
-                self._host.launch(in_process, run, self.capacity)
+                self._host.launch(in_process, run, capacity, where)
             except OSError as error:
                 warnings.warn(f"writer processes cannot be started here ({error}); every "
                               "backend runs in a worker thread instead (dispatch='thread')",
@@ -232,7 +289,8 @@ class FanOut:
                     self._start_failed(spec.name, error)
                     continue
                 started[spec.name] = (InlineChannel(backend) if kind == "inline" else
-                                      ThreadChannel(backend, self.policy, self.capacity))
+                                      ThreadChannel(backend, self.policy,
+                                                    capacity[spec.name]))
         except BaseException:
             self._take([started[spec.name] for spec in specs if spec.name in started])
             self.stop()
@@ -283,6 +341,8 @@ class FanOut:
                                 if "monitor_write" in c.hooks]
         self._threads = [c for c in channels if isinstance(c, ThreadChannel)]
         self._queues = [c.items for c in self._threads]
+        #: The smallest thread queue's capacity: below it, no queue needs a look.
+        self._least = min((c.capacity for c in self._threads), default=self.capacity)
         self._live = [c for c in channels if isinstance(c, WriterChannel) and c.sending]
         self._fds = [writer.fd for writer in self._live]
         self._writable = writable(self._fds)
@@ -317,28 +377,29 @@ class FanOut:
                 the call).
         """
         self.sent += 1
+        if self._host is not None and self._host.died:
+            self._restart_writers()
+        append = self._append
         if self._fds:
             # The thread channels' room is settled first, as the pipes' is; their queues get
             # the call in the same pass as the pipes.
             puts = self._queues_with_room() if self._queues else ()
-            # A batch travels as its rows, plain tuples (pickled in a third of the time of the
-            # Batch object); the writer builds the Batch again (``wire.WRITE_ROWS``).
-            if hook == "monitor_write" and type(kwargs["events"]) is Batch:
-                frame = wire.encode((wire.WRITE_ROWS, kwargs["events"].rows))
-                size = len(frame)
-                parts = [frame]
-            else:
-                parts = wire.encode_parts((hook, kwargs))
-                size = sum(memoryview(part).nbytes for part in parts)
-                frame = b"".join(parts) if size <= PIPE_BUF else b""
+            frame, parts, size = _encode(hook, kwargs, append is not None)
             if size <= PIPE_BUF:
                 live = self._live
-                self._pass(frame, live if len(self._writable(0)) == len(live)
-                           else self._targets(0), puts, (hook, kwargs))
+                targets = live if len(self._writable(0)) == len(live) else self._targets(0)
+                if append is not None:
+                    self._record(append, frame)
+                self._pass(frame, targets, puts, (hook, kwargs))
             else:
-                self._spool(parts, size, puts, (hook, kwargs))
+                self._spool(parts, size, puts, (hook, kwargs), frame)
         elif self._queues:
-            _consume(map(_put, self._queues_with_room(), repeat((hook, kwargs))))
+            queues = self._queues_with_room()
+            if append is not None:
+                self._record(append, _encode(hook, kwargs, True)[0])
+            _consume(map(_put, queues, repeat((hook, kwargs))))
+        elif append is not None:
+            self._record(append, _encode(hook, kwargs, True)[0])
         if self._inline:
             if hook == "monitor_write":  # log()'s hot path: no further call in between
                 failed = self.policy.failed
@@ -351,6 +412,57 @@ class FanOut:
                 self.policy.raise_pending()
             else:
                 self._call_inline(hook, kwargs)
+
+    def _restart_writers(self) -> None:
+        """Start again, at its backend's cursor, each writer whose process died (an SDK's
+        segfault, an OOM kill), at most ``MAX_RESTARTS`` times per backend: the new writer
+        first reads the journal from the cursor up to the calls its pipe brings; one that died
+        again without its cursor moving is not started again (a call that kills it). Needs the
+        journal (without one the backend stays stopped, as before). The death is reported
+        once (``WriterDied``, by the reply thread); each restart is logged. Called on the
+        caller's thread under the monitor's lock, before a call is handed over."""
+        host, journal = self._host, self.journal
+        assert host is not None
+        host.died = False
+        if journal is None:
+            return
+        for writer in list(host.writers):
+            count = self.restarts.get(writer.name, 0)
+            if not writer.dead or writer.stopping or count >= MAX_RESTARTS:
+                continue
+            cursor = run_journal.read_cursor(journal.folder, writer.name)
+            if count and self._restarted_at.get(writer.name) == cursor:
+                # It died again before confirming anything: a call that kills it (a poison
+                # call) would kill every new writer; the rest is left to ``monitors sync``.
+                logger.error("backend %r: its writer process died again before confirming "
+                             "any call; it is not started again", writer.name)
+                self.restarts[writer.name] = MAX_RESTARTS
+                continue
+            self._restarted_at[writer.name] = cursor
+            try:
+                new = host.relaunch(writer, (str(journal.folder), journal.next_seq, cursor))
+            except OSError as error:
+                logger.error("backend %r: its writer process could not be started again: %s",
+                             writer.name, error)
+                continue
+            self.restarts[writer.name] = count + 1
+            self.channels[self.channels.index(writer)] = new
+            self._unlist(writer)
+            self._live.append(new)
+            self._fds = [w.fd for w in self._live]
+            self._writable = writable(self._fds)
+            logger.warning("backend %r: its writer process died (%s); started again at its "
+                           "cursor (restart %d of %d)", writer.name,
+                           writer.exit_description(), count + 1, MAX_RESTARTS)
+
+    def _record(self, append: Callable[[bytes], int], frame: bytes) -> None:
+        """Append ``frame`` to the journal, once room for the call is settled (an interrupt
+        while waiting for room leaves no trace of it, in the journal neither): accepted, on
+        disk (the page cache) before ``log()`` returns."""
+        try:
+            append(frame)
+        except OSError as error:
+            self._journal_failed(error)
 
     def _call_inline(self, hook: str, kwargs: dict[str, Any]) -> None:
         """Call ``hook(**kwargs)`` on every in-line backend implementing it, in start order;
@@ -365,18 +477,57 @@ class FanOut:
                     failed(channel.name, hook, error)
         self.policy.raise_pending()
 
+    def capacity_of(self, name: str) -> int:
+        """The calls backend ``name``'s buffer holds: its budget (``budgets``) in KiB-sized
+        calls (``processes.BYTES_PER_CALL``), else ``capacity`` (``queue_size``)."""
+        budget = self.budgets.get(name, self.budgets.get(None))
+        return self.capacity if budget is None else max(1, budget // BYTES_PER_CALL)
+
     def _admit(self, channel: Channel, size: int) -> bool:
         """Whether ``channel`` takes the call (``Channel.make_room``); one it refuses is
         counted: dropped for a full buffer (warned once per backend), undelivered for a thread
-        or process that is gone (a writer is then no longer sent to)."""
-        answer = channel.make_room(size, self.on_full)
+        or process that is gone (a writer is then no longer sent to). A backend with a budget
+        and a journal whose buffer is full is detached (``_detach``), never waited for."""
+        budget = self.journal is not None and (channel.name in self.budgets
+                                               or None in self.budgets)
+        answer = channel.make_room(size, "detach" if budget else self.on_full)
         if answer == ROOM:
             return True
-        self._refuse(channel, answer)
+        if budget and answer == FULL:
+            self._detach(channel)
+        else:
+            self._refuse(channel, answer)
         return False
+
+    def _detach(self, channel: Channel) -> None:
+        """``channel``'s budget is spent: it is sent nothing more; its cursor stays below this
+        call (a writer caps its own), so ``monitors sync`` delivers the rest. Warned once."""
+        journal = self.journal
+        assert journal is not None
+        name = channel.name
+        channel.gap = seq = journal.next_seq
+        self.detached[name] = seq
+        if isinstance(channel, WriterChannel):
+            channel.control(("gap", {"seq": seq}))
+            self._unlist(channel)
+        elif isinstance(channel, ThreadChannel):
+            self._queues = [c.items for c in self._threads if c.name not in self.detached]
+        message = (f"backend {name!r} is behind by its whole budget "
+                   f"({self.capacity_of(name) * BYTES_PER_CALL} bytes unwritten): it is sent "
+                   "nothing more in this run and the other backends go on; the run's journal "
+                   "keeps every call, and after the run `monitors sync "
+                   f"{shlex.quote(str(journal.folder))}` delivers what it lacks")
+        logger.warning(message)
+        warnings.warn(message, BackendWarning, stacklevel=5)
 
     def _refuse(self, channel: Channel, answer: str) -> None:
         name = channel.name
+        if self.journal is not None and channel.gap is None:
+            # Its cursor never passes the first call it did not get: that call and every
+            # later one stay for ``monitors sync`` (a writer caps its own cursor).
+            channel.gap = self.journal.next_seq
+            if isinstance(channel, WriterChannel):
+                channel.control(("gap", {"seq": channel.gap}))
         if answer == FULL:
             self.dropped[name] = self.dropped.get(name, 0) + 1
             channel.skipped += 1
@@ -400,9 +551,10 @@ class FanOut:
     def _queues_with_room(self) -> list[SimpleQueue[tuple[str, Any]]]:
         """The thread channels' queues that take one more item now: all of them while none is
         full, else after waiting or dropping for the full ones (``_admit``)."""
-        if max(map(SimpleQueue.qsize, self._queues), default=0) < self.capacity:
+        if max(map(SimpleQueue.qsize, self._queues), default=0) < self._least:
             return self._queues
-        return [channel.items for channel in self._threads if self._admit(channel, 0)]
+        return [channel.items for channel in self._threads
+                if channel.name not in self.detached and self._admit(channel, 0)]
 
     def _targets(self, spool: int) -> list[WriterChannel]:
         """The live writers that take a frame (naming a spool file of ``spool`` bytes) now:
@@ -466,7 +618,8 @@ class FanOut:
             self._refuse(writer, GONE)
         return got
 
-    def _spool(self, parts: list[Any], size: int, puts: Sequence[Any], item: Any) -> None:
+    def _spool(self, parts: list[Any], size: int, puts: Sequence[Any], item: Any,
+               frame: bytes = b"") -> None:
         """A frame larger than ``PIPE_BUF`` (media, a wide row): written whole into a file of
         the spool folder, hard-linked once per writer that takes it, all before anything is
         announced (an interrupt or a full disk meanwhile removes them: no trace of the call),
@@ -474,6 +627,8 @@ class FanOut:
         lives on the disk, so it outlives a SIGKILL of this process; each writer removes its
         link once read."""
         targets = list(self._targets(size))  # a copy: a writer found gone leaves ``_live``
+        if self._append is not None:
+            self._record(self._append, frame)
         if not targets:
             _consume(map(_put, puts, repeat(item)))
             return
@@ -509,17 +664,47 @@ class FanOut:
             Exception: with ``strict``, a backend's exception.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
+        journal = self.journal
         with lock:
+            if self._host is not None and self._host.died:
+                self._restart_writers()
             tickets = [(channel, channel.request_flush()) for channel in self.channels]
+            seq = 0 if journal is None else journal.next_seq
             if self._inline:
                 self._call_inline("monitor_flush", {})
+            if journal is not None:
+                try:
+                    journal.sync()
+                except OSError as error:
+                    self._journal_failed(error)
         late: dict[str, int] = {}
+        confirmed = []
         for channel, ticket in tickets:
             if not channel.wait_flushed(ticket, deadline):
                 late[channel.name] = max(1, channel.pending(self.sent))
+            elif not isinstance(channel, WriterChannel):  # a writer moves its own cursor
+                confirmed.append(channel)
+        self._confirm(confirmed, seq)
         self.policy.deliver()
         if late:
             raise FlushTimeout(late, timeout)
+
+    def _confirm(self, channels: Sequence[Channel], seq: int) -> None:
+        """Move the cursor of each of ``channels`` (flushed or closed in this process) to
+        ``seq``, or to its first call not delivered; a backend that ever raised keeps its
+        cursor (what it confirmed is not known). Then delete the segments every cursor
+        passed."""
+        journal = self.journal
+        if journal is None:
+            return
+        try:
+            for channel in channels:
+                if not self.policy.failures.get(channel.name):
+                    journal.write_cursor(channel.name, seq if channel.gap is None
+                                         else min(seq, channel.gap))
+            journal.collect()
+        except OSError as error:
+            self._journal_failed(error)
 
     def stop(self) -> None:
         """Nothing is sent after this (called under the monitor's lock by ``close``). Every
@@ -551,7 +736,8 @@ class FanOut:
         self._live, self._fds = [], []
         self._writable = writable([])
         if self._host is not None:
-            for name, lost in self._host.close(deadline, timeout, self.sent).items():
+            for name, lost in self._host.close(deadline, timeout, self.sent,
+                                               patient=shutdown.exiting).items():
                 self.undelivered[name] = self.undelivered.get(name, 0) + lost
         stuck = set()
         for channel in self._threads:
@@ -561,8 +747,6 @@ class FanOut:
                 self.undelivered[channel.name] = (
                     self.undelivered.get(channel.name, 0) + channel.pending()
                 )
-        self._report_losses(timeout)
-        self.policy.deliver(raising=False)
         backends = [b for b in self.backends if b.name not in stuck]
         # Never called again:
         self._inline, self._inline_writers, self._threads, self._queues = [], [], [], []
@@ -575,18 +759,49 @@ class FanOut:
                     function()
                 except Exception as error:
                     self.policy.failed(backend.name, hook, error)
+        closed = {backend.name for backend in backends}
+        journal = self.journal
+        if journal is not None:
+            self._confirm([c for c in self.channels if c.name in closed
+                           and not isinstance(c, WriterChannel)], journal.next_seq)
+        self._report_losses(timeout)
+        if self.journal is not None:
+            self.journal.close()
+        self.policy.deliver(raising=False)
         self.policy.raise_pending()
 
     def _report_losses(self, timeout: float | None) -> None:
         """Report what never reached each backend (``undelivered``), then what was dropped for
-        it (``dropped``), in the words of its channel's kind."""
+        it (``dropped``), in the words of its channel's kind; with a journal, each report
+        also names the calls the backend's cursor has not passed and the command delivering
+        them (``monitors sync``), and a backend behind for another reason (it raised, or its
+        writer was left to finish its start) is logged at INFO with that command."""
         kinds = {channel.name: channel.kind for channel in self.channels}
-        for counts, texts in ((self.undelivered, _LOST), (self.dropped, _DROPPED)):
+        left: dict[str, int] = {}
+        hint = ""
+        if self.journal is not None:
+            left = run_journal.journal_left(self.journal.folder, list(self.hooks))
+            hint = f"monitors sync {shlex.quote(str(self.journal.folder))}"
+        told = set()
+        detached = {name: left.get(name, 0) for name in self.detached}
+        for counts, texts in ((self.undelivered, _LOST), (self.dropped, _DROPPED),
+                              (detached, _DETACHED)):
             by_kind: dict[str, dict[str, int]] = {}
             for name, count in counts.items():
-                by_kind.setdefault(kinds.get(name, "process"), {})[name] = count
+                if name not in told:
+                    by_kind.setdefault(kinds.get(name, "process"), {})[name] = count
             for kind, part in by_kind.items():
-                report_lost(part, texts.get(kind, texts["process"]).format(timeout=timeout))
+                why = texts.get(kind, texts["process"]).format(timeout=timeout)
+                for name, count in part.items():
+                    told.add(name)
+                    kept = (f". The {left[name]} call(s) its tracker has not confirmed are "
+                            f"kept in the run's journal; deliver them with: {hint}"
+                            if left.get(name) else "")
+                    report_lost({name: count}, why + kept)
+        for name, count in left.items():
+            if name not in told:
+                logger.info("backend %r: %d call(s) not confirmed by its tracker are kept in "
+                            "the run's journal; deliver them with: %s", name, count, hint)
 
     # Fork --------------------------------------------------------------------------------
 
@@ -627,6 +842,9 @@ class FanOut:
     def forget(self) -> None:
         """In a forked child: let go of everything inherited, never writing to it (the pipes
         are closed, the queues emptied, the spool folder left to the parent)."""
+        if self.journal is not None:  # the parent's: never written from here
+            self.journal.forget()
+        self.journal, self._append = None, None
         if self._host is not None:
             self._host.forget()
         for channel in self._threads:
@@ -634,6 +852,19 @@ class FanOut:
         self._queues = [channel.items for channel in self._threads]
         self._live, self._fds = [], []
         self._writable = writable([])
+
+
+def _encode(hook: str, kwargs: dict[str, Any], whole: bool) -> tuple[bytes, list[Any], int]:
+    """``(frame, parts, size)`` of the call: its ``wire`` frame, once (``frame`` is empty for
+    a frame over ``PIPE_BUF`` bytes unless ``whole``: the journal takes it whole). A batch
+    travels as its rows, plain tuples (pickled in a third of the time of the ``Batch``
+    object); the writer builds the ``Batch`` again (``wire.WRITE_ROWS``)."""
+    if hook == "monitor_write" and type(kwargs["events"]) is Batch:
+        frame = wire.encode((wire.WRITE_ROWS, kwargs["events"].rows))
+        return frame, [frame], len(frame)
+    parts = wire.encode_parts((hook, kwargs))
+    size = sum(memoryview(part).nbytes for part in parts)
+    return (b"".join(parts) if size <= PIPE_BUF or whole else b""), parts, size
 
 
 def _unlink(path: str) -> None:

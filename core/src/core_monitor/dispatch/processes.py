@@ -22,8 +22,9 @@ imported in the training process.
 
 Each data pipe is the backend's bounded buffer: ``queue_size`` calls of 1 KiB (at least one
 page, at most the system's largest pipe, ``/proc/sys/fs/pipe-max-size``, 1 MiB by default); the
-writer's reader thread moves what arrives into an inbox of as much again at once, so the
-backend alone bounds how fast a pipe drains. With ``on_full="block"`` a full pipe makes
+writer's reader thread moves what arrives into an inbox of as much again, in batches
+(``writer.SCHEDULE_DELAY``, at once when the pipe is half full), so the backend alone bounds
+how fast a pipe drains. With ``on_full="block"`` a full pipe makes
 ``log()`` wait for that writer (while it lives); with ``"drop"`` the call is dropped for that
 backend and counted, after a short grace (``DROP_GRACE_SECONDS``) unless the writer has been
 inside one hook for longer than that (the shared memory ``wire.SHARED_BYTES``).
@@ -77,7 +78,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib.metadata
 import logging
 import mmap
 import os
@@ -94,9 +94,8 @@ import time
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from .. import hookspecs
-from ..compat import packages_distributions
 from ..errors import WriterDied
+from ..plugins import installed_plugins, packages_distributions
 from ..run import RunInfo
 from . import wire
 from .channel import FULL, GONE, ROOM, BackendSpec, Channel
@@ -135,6 +134,10 @@ class WriterChannel(Channel):
         capacity: ``queue_size``: the data pipe holds ``capacity`` KiB (``BYTES_PER_CALL``).
         index: its place among the monitor's writers (the suffix of its spool links).
         spool: the spool folder (``WriterHost.spool``).
+        journal: ``(the run's journal folder, the seq of the first call it gets)``: the
+            writer moves the backend's cursor (``core_monitor.journal``); a third item, a
+            writer started again (``WriterHost.relaunch``): the seq it first reads from the
+            journal; ``None``: no journal.
 
     Attributes:
         name: the backend's name.
@@ -144,7 +147,8 @@ class WriterChannel(Channel):
         facts: what the backend told at its start (``FanOut.facts``).
         handled: calls the writer reported done; ``skipped``: calls it never got.
         flushed: the last flush marker the writer answered.
-        dead: the writer ended without being asked to (or was killed).
+        dead: the writer ended without being asked to (or was killed), after its start.
+        ended: the writer's process exited (its reply pipe closed), whatever the reason.
         sending: whether the fan-out still writes to it (``False`` once it is found gone, and
             from ``close`` on).
 
@@ -155,8 +159,10 @@ class WriterChannel(Channel):
     kind: ClassVar[str] = "process"
 
     def __init__(self, spec: BackendSpec, run: RunInfo, capacity: int, index: int,
-                 spool: str) -> None:
+                 spool: str, journal: tuple[str, int] | tuple[str, int, int] | None = None,
+                 ) -> None:
         super().__init__(spec.name)
+        self.spec, self.run, self.capacity = spec, run, capacity  # to start it again
         self.full = f"its pipe is full (queue_size={capacity})"
         self.sending = True  # among the fan-out's live writers (the pipe is written to)
         self.marker = 0  # the last flush marker sent
@@ -166,10 +172,11 @@ class WriterChannel(Channel):
         self.facts: dict[str, Any] = {}
         self.handled = self.flushed = 0
         self.dead = self.stopping = False
+        self.ended = False  # its reply pipe closed: the process exited, whatever the reason
         self.ending: str | None = None  # why the writer said it ends by itself, if it did
         self.changed = threading.Condition()
         start = wire.encode(("start", spec.cls.__module__, spec.cls.__qualname__, spec.name,
-                             run, dict(spec.options), spool, index))
+                             run, dict(spec.options), spool, index, journal))
         data_read, self.fd = os.pipe()
         control_read, self.control_fd = os.pipe()
         self.reply_fd, reply_write = os.pipe()
@@ -269,9 +276,12 @@ class WriterChannel(Channel):
         ``on_full`` says: ``"block"`` waits while the writer lives; ``"drop"`` waits while it
         is still starting (what is logged behind ``Monitor(wait=False)`` is never dropped),
         then gives a writer not stuck inside a hook ``DROP_GRACE_SECONDS``; ``FULL`` after
-        that, ``GONE`` when the process ended."""
+        that, ``GONE`` when the process ended. ``"detach"`` (a backend with a budget) waits
+        for nothing: ``FULL`` at once."""
         if self.room(size):
             return ROOM
+        if on_full == "detach":
+            return FULL if self.process.poll() is None else GONE
         if on_full == "block":
             if self.wait_room(size, None):
                 return ROOM
@@ -298,15 +308,25 @@ class WriterChannel(Channel):
         return self.marker if self.control(("flush", {"marker": self.marker})) else None
 
     def wait_flushed(self, ticket: int | None, deadline: float | None) -> bool:
+        """Wait for the writer's answer to flush ``ticket``, until ``deadline``. A writer that
+        will never answer is not waited for: one that failed to start (its failure was
+        reported as that; it holds nothing), or whose process has ended for any reason (what
+        it held is counted at ``close``). Whether nothing is late."""
         if ticket is None:
             return False
         with self.changed:
-            while self.flushed < ticket and not self.dead:
+            while self.flushed < ticket and not self.answerless():
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     return False
                 self.changed.wait(0.5 if left is None else min(left, 0.5))
         return True
+
+    def answerless(self) -> bool:
+        """Whether the writer will answer no more requests: it failed to start, or its process
+        ended (its reply pipe closed, or the process is reaped)."""
+        return (self.dead or self.ended or isinstance(self.ready, BaseException)
+                or self.process.poll() is not None)
 
     def pending(self, sent: int) -> int:
         """Calls sent to this writer (``sent`` in all, less ``skipped``) it has not reported
@@ -403,12 +423,17 @@ class WriterHost:
         self.writers: list[WriterChannel] = []
         self.spool: str | None = None
         self.waited = True
+        #: A writer died since the fan-out last looked (set by the reply thread).
+        self.died = False
         self._spools = 0  # spool files written (their names)
         self._selector: selectors.BaseSelector | None = None
         self._reader: threading.Thread | None = None
 
-    def launch(self, specs: Sequence[BackendSpec], run: RunInfo, capacity: int) -> None:
-        """Start every writer of ``specs`` at once, and the thread reading their replies.
+    def launch(self, specs: Sequence[BackendSpec], run: RunInfo,
+               capacity: int | dict[str, int], journal: tuple[str, int] | None = None) -> None:
+        """Start every writer of ``specs`` at once, and the thread reading their replies
+        (``capacity``: one for all, or per backend name; ``journal``: as ``WriterChannel``
+        takes it).
 
         Raises:
             OSError: a pipe or a process could not be made (the caller stops what started).
@@ -418,13 +443,35 @@ class WriterHost:
         self._selector = selectors.DefaultSelector()
         self.spool = tempfile.mkdtemp(prefix="core_monitor-spool-", dir=_spool_root())
         for index, spec in enumerate(specs):
-            writer = WriterChannel(spec, run, capacity, index, self.spool)
+            writer = WriterChannel(spec, run, capacity if isinstance(capacity, int)
+                                   else capacity[spec.name], index, self.spool, journal)
             self.writers.append(writer)
             self._selector.register(writer.reply_fd, selectors.EVENT_READ, (writer, "reply"))
             self._selector.register(writer.output_fd, selectors.EVENT_READ, (writer, "output"))
         self._reader = threading.Thread(target=self._read_replies, daemon=True,
                                         name="core_monitor:replies")
         self._reader.start()
+
+    def relaunch(self, dead: WriterChannel, journal: tuple[str, int, int]) -> WriterChannel:
+        """Start a writer again in place of ``dead`` (its process ended), for the same backend,
+        run and spool links; ``journal``: ``(folder, the seq of the first call its pipe gets,
+        the seq it first reads from the journal: its backend's cursor)``. Its replies are
+        read by the reply thread (started again when it had ended).
+
+        Raises:
+            OSError: a pipe or the process could not be made.
+        """
+        assert self.spool is not None and self._selector is not None
+        writer = WriterChannel(dead.spec, dead.run, dead.capacity, dead.index, self.spool,
+                               journal)
+        self.writers[self.writers.index(dead)] = writer
+        self._selector.register(writer.reply_fd, selectors.EVENT_READ, (writer, "reply"))
+        self._selector.register(writer.output_fd, selectors.EVENT_READ, (writer, "output"))
+        if self._reader is None or not self._reader.is_alive():
+            self._reader = threading.Thread(target=self._read_replies, daemon=True,
+                                            name="core_monitor:replies")
+            self._reader.start()
+        return writer
 
     def spool_name(self) -> str:
         """The name of the next spool file."""
@@ -438,7 +485,7 @@ class WriterHost:
         on to this process's ``sys.stderr``), until every writer ended."""
         selector = self._selector
         assert selector is not None
-        frames = {writer.reply_fd: wire.Frames() for writer in self.writers}
+        frames: dict[int, wire.Frames] = {}
         while selector.get_map():
             for key, _ in selector.select():
                 writer, kind = key.data
@@ -455,7 +502,7 @@ class WriterHost:
                 if kind == "output":
                     _pass_on(chunk)
                     continue
-                frames[key.fd].feed(chunk)
+                frames.setdefault(key.fd, wire.Frames()).feed(chunk)
                 for message in frames[key.fd]:
                     self._on_reply(writer, message)
 
@@ -495,8 +542,11 @@ class WriterHost:
         with contextlib.suppress(subprocess.TimeoutExpired):
             writer.process.wait(timeout=5)
         with writer.changed:
+            writer.ended = True
             writer.dead = not writer.stopping and writer.ready is True
             writer.changed.notify_all()
+        if writer.dead:
+            self.died = True  # the fan-out may start it again (``relaunch``)
         if not self.waited and not writer.stopping and writer.ready is None:
             error = WriterDied("WriterDied", f"backend {writer.name!r}: its writer process "
                                f"ended while starting ({writer.exit_description()})")
@@ -511,12 +561,14 @@ class WriterHost:
 
     # The end -----------------------------------------------------------------------------
 
-    def close(self, deadline: float | None, timeout: float | None, sent: int) -> dict[str, int]:
+    def close(self, deadline: float | None, timeout: float | None, sent: int, *,
+              patient: bool = False) -> dict[str, int]:
         """End every writer: close its pipes (its end of input), wait for it to exit, all
         at once, until ``deadline``; kill one still running then, unless it is still starting
-        (module docstring: it goes on by itself); remove the spool folder. Every writer is
-        reaped. Backend name -> calls of the ``sent`` that never reached its backend (a writer
-        killed, or dead)."""
+        (module docstring: it goes on by itself) or, with ``patient`` (the core's own exit
+        limit: ``shutdown.close_all``), still making progress (``wire.Progress``); remove the
+        spool folder. Every writer is reaped. Backend name -> calls of the ``sent`` that never
+        reached its backend (a writer killed, or dead)."""
         lost: dict[str, int] = {}
         starting: list[str] = []  # writers left to finish their start and write by themselves
         for writer in self.writers:
@@ -530,6 +582,8 @@ class WriterHost:
             except subprocess.TimeoutExpired:
                 if writer.ready is None and writer.process.poll() is None:
                     starting.append(writer.name)  # module docstring: it goes on by itself
+                    continue
+                if patient and _wait_while_progressing(writer):
                     continue
                 writer.stop_now()
                 pending = writer.pending(sent)
@@ -592,6 +646,21 @@ class WriterHost:
             writer.forget()
         self.writers = []
         self.spool = None
+
+
+def _wait_while_progressing(writer: WriterChannel) -> bool:
+    """Past the core's exit limit: wait for ``writer`` while it makes progress (``wire.Progress``:
+    calls handled moving, or a closing hook running for less than ``wire.CLOSE_HOOK_SECONDS``);
+    whether it exited. The platform's own SIGKILL (Slurm's ``KillWait``, Kubernetes's grace
+    period, 30 s by default) may come first: the writer then dies of it, as it would anyway."""
+    progress = wire.Progress(writer.busy)
+    while not progress.stalled():
+        try:
+            writer.process.wait(timeout=0.25)
+            return True
+        except subprocess.TimeoutExpired:
+            continue
+    return writer.process.poll() is not None
 
 
 @contextlib.contextmanager
@@ -715,8 +784,8 @@ def writable(fds: list[int]) -> Any:
 def _installed_packages() -> frozenset[str]:
     """Top-level packages of installed distributions, and of the modules their backend entry
     points name (an editable install's package is found that way)."""
-    named = {ep.value.split(":")[0].split(".")[0]
-             for ep in importlib.metadata.entry_points(group=hookspecs.PROJECT_NAME)}
+    named = {plugin.target.split(":")[0].split(".")[0]
+             for claims in installed_plugins().values() for plugin in claims if plugin.target}
     return frozenset(packages_distributions()) | named
 
 

@@ -105,8 +105,11 @@ class ThreadChannel(Channel):
     def make_room(self, size: int, on_full: str) -> str:
         """``ROOM`` when the queue takes one more item now; else, with ``"drop"``, a grace of
         ``DROP_GRACE_SECONDS`` for a worker between polls (not stuck in a hook), then ``FULL``;
-        with ``"block"``, wait while the thread lives (``GONE`` when it died)."""
+        with ``"block"``, wait while the thread lives (``GONE`` when it died); with
+        ``"detach"`` (a backend with a budget), ``FULL`` at once."""
         room = self.items.qsize() < self.capacity
+        if on_full == "detach":
+            return ROOM if room else FULL
         if not room and on_full == "drop" and self.busy is None:
             # Idle between polls, not stuck in a hook: it drains within a poll.
             room = self.wait_for_room(time.monotonic() + DROP_GRACE_SECONDS)

@@ -24,6 +24,7 @@ import os
 import pickle
 import struct
 import sys
+import time
 import traceback
 from collections.abc import Iterator
 from types import MappingProxyType
@@ -54,7 +55,8 @@ DRAIN_SECONDS = shutdown.EXIT_TIMEOUT
 #: the end of the start (as ``processes.STARTUP_SECONDS`` bounds a start the trainer waits for).
 START_SECONDS = 120.0
 
-#: The memory a writer shares with the training process: byte 0 is 1 while a hook runs;
+#: The memory a writer shares with the training process: byte 0 is 1 while a hook runs; byte 1
+#: is 1 once its closing hooks run (``FINISHING_AT``);
 #: bytes 8-15 count the calls handled (what ``close`` counts as undelivered when it gives up on
 #: a hung writer); bytes 16-23 count the bytes read from the data pipe (the room left in it);
 #: bytes 24-31 are the ``time.monotonic()`` at which the running hook started (system-wide on
@@ -62,11 +64,57 @@ START_SECONDS = 120.0
 #: bytes 32-39 count the bytes of spool files read (``SPOOL``: what the training process counts
 #: against the writer's bound).
 SHARED_BYTES = 40
+#: Byte 1 of the shared memory: 1 once the writer runs its closing hooks (the final flush,
+#: ``monitor_crash``, ``monitor_close``).
+FINISHING_AT = 1
 HANDLED = struct.Struct("<Q")
 READ_BYTES_AT = struct.Struct("<Q")
 BUSY_SINCE = struct.Struct("<d")
 SPOOL_READ = struct.Struct("<Q")
 SPOOL_READ_AT = 32
+
+#: Seconds a writer's count of calls handled may stand still, outside its closing hooks, before
+#: an exit limit (``DRAIN_SECONDS``, the core's ``shutdown.EXIT_TIMEOUT``) that has passed ends
+#: it: a writer still handling calls is not killed (``Progress``).
+PROGRESS_SECONDS = 5.0
+#: Seconds one closing hook (the final flush, ``monitor_crash``, ``monitor_close``: Comet's
+#: ``end()`` took 10-17 s on a loaded node) may run before an exit limit that has passed ends
+#: the writer. With Slurm's default ``KillWait`` (30 s) and Kubernetes's default
+#: ``terminationGracePeriodSeconds`` (30 s), the platform's SIGKILL comes first.
+CLOSE_HOOK_SECONDS = 60.0
+
+
+class Progress:
+    """Whether a writer is still making progress, read from its shared memory: its count of
+    calls handled moved within ``PROGRESS_SECONDS``, or it runs its closing hooks and the one
+    running started less than ``CLOSE_HOOK_SECONDS`` ago. An exit limit that has passed ends a
+    writer only once ``stalled()``.
+
+    Args:
+        shared: the writer's shared memory (``SHARED_BYTES``), or ``None`` (no shared memory:
+            always stalled, the limit applies as it is).
+    """
+
+    def __init__(self, shared: Any) -> None:
+        self.shared = shared
+        self.handled = -1
+        self.moved = time.monotonic()
+
+    def stalled(self) -> bool:
+        """Whether the writer made no progress (class docstring) by now."""
+        shared = self.shared
+        if shared is None:
+            return True
+        now = time.monotonic()
+        handled = HANDLED.unpack_from(shared, 8)[0]
+        if handled != self.handled:
+            self.handled, self.moved = handled, now
+            return False
+        if shared[FINISHING_AT]:
+            return bool(shared[0]) and now - BUSY_SINCE.unpack_from(shared, 24)[0] \
+                >= CLOSE_HOOK_SECONDS
+        return now - self.moved >= PROGRESS_SECONDS
+
 
 #: The hook name of a frame that names a spool file holding the real frame (``{"name": str,
 #: "bytes": int}``): a call too large for one atomic pipe write (``PIPE_BUF``) is written once

@@ -16,11 +16,14 @@ when, the calls handled, the bytes read from ``DATA`` and from spool files.
 
 Two threads:
 
-* the reader reads ``DATA`` as soon as bytes arrive (blocking in ``select``, no polling) into
-  an in-memory inbox of at most one pipe's worth and a page, so a backend's drain rate is
-  bounded by the backend, never by an interval; it reads ``CONTROL`` and places a flush or
-  stop request in the inbox after every byte ``DATA`` held when the request was read (what
-  was logged before the request); and it watches the training process (its parent) and SIGTERM;
+* the reader reads ``DATA`` in batches (OpenTelemetry's batch processor): once bytes arrive
+  (blocking in ``select``, no polling) it lets more gather for ``SCHEDULE_DELAY`` seconds, and
+  reads at once when the pipe holds ``HIGH_WATER`` of its size or a flush or stop request or
+  SIGTERM comes, into an in-memory inbox of at most one pipe's worth and a page, so the writer
+  wakes once per batch, not once per call, and a backend's drain rate is bounded by the
+  backend; it reads ``CONTROL`` and places a flush or stop request in the inbox after every
+  byte ``DATA`` held when the request was read (what was logged before the request); and it
+  watches the training process (its parent) and SIGTERM;
 * the main thread constructs the backend, then takes the inbox in order and calls the hooks.
 
 How it ends:
@@ -39,7 +42,9 @@ How it ends:
   run in a new service).
 
 The reader thread ends the process (``os._exit(3)``) ``DRAIN_SECONDS`` after a death or SIGTERM
-was seen, even when the main thread is stuck inside a hook; seen while the backend was still
+was seen, even when the main thread is stuck inside a hook, but never while it makes progress
+(``wire.Progress``: its count of calls handled moved within ``wire.PROGRESS_SECONDS``, or a
+closing hook has run for less than ``wire.CLOSE_HOOK_SECONDS``); seen while the backend was still
 starting, ``DRAIN_SECONDS`` after the start ended (a start gets ``START_SECONDS`` more). The
 writer ignores SIGINT (a Ctrl-C in the terminal is the training process's business), runs in a
 session of its own, writes its output to pipes of its own (forwarded by the training process),
@@ -55,6 +60,7 @@ import mmap
 import os
 import select
 import signal
+import struct
 import sys
 import threading
 import time
@@ -63,6 +69,7 @@ from collections import deque
 from typing import Any
 
 from ..events import Batch
+from ..journal import CLOSE, START, calls, hold, write_cursor
 from ..media import MediaRoutes
 from ..resume import backend_state
 from . import wire
@@ -70,6 +77,7 @@ from .backends import Backend, new_manager, start_backend
 from .wire import (
     BUSY_SINCE,
     DRAIN_SECONDS,
+    FINISHING_AT,
     HANDLED,
     READ_BYTES_AT,
     SHARED_BYTES,
@@ -80,6 +88,22 @@ from .wire import (
 
 #: Bytes read at most at once.
 READ_BYTES = 1 << 20
+#: Seconds the reader lets calls gather in the data pipe before it reads them, when the
+#: training process logs faster than that (OpenTelemetry's ``BatchSpanProcessor``: a schedule
+#: delay): the writer then wakes once per batch, not once per call, so its CPU does not compete
+#: with the trainer call by call. It reads at once when the pipe holds ``HIGH_WATER`` of its
+#: size (the size trigger), or when a flush or stop request or SIGTERM comes (the end of the
+#: pipe is seen at most this late).
+SCHEDULE_DELAY = 0.02
+#: The part of the data pipe's size that, once waiting in it, is read at once (looked at every
+#: ``SCHEDULE_SLICE`` seconds of the delay).
+HIGH_WATER = 0.5
+#: Seconds between two looks at the bytes waiting in the pipe during ``SCHEDULE_DELAY``.
+SCHEDULE_SLICE = 0.005
+#: The smallest data pipe (bytes) whose reads are delayed: a smaller one (a small
+#: ``queue_size``) holds a few calls only, and a writer reading it late would make the training
+#: process wait for room, or drop calls with ``on_full="drop"``; it is read at once.
+BATCH_MIN_PIPE = 64 * 1024
 #: Seconds after SIGTERM that the writer waits for the training process's stop request before
 #: it ends by itself (the training process closes its monitor on the same signal).
 TERM_SECONDS = 5.0
@@ -144,6 +168,10 @@ class Writer:
         # free page (what poll tells it: a call is written into every pipe or none), so the
         # last page of a full pipe may stay part empty; the inbox takes that part instead.
         self.inbox = Inbox(_pipe_size(data_fd) + mmap.PAGESIZE)
+        #: Bytes waiting in the data pipe that are read at once (``HIGH_WATER``).
+        self.high_water = int(_pipe_size(data_fd) * HIGH_WATER)
+        #: Whether reads are delayed to gather calls (``BATCH_MIN_PIPE``).
+        self.batching = _pipe_size(data_fd) >= BATCH_MIN_PIPE
         self.wake_read, self.wake_write = os.pipe()
         os.set_blocking(self.wake_write, False)
         #: Why the writer ends without a stop request (set by the reader thread), if it does.
@@ -155,6 +183,12 @@ class Writer:
         self.index = 0  # this writer's place in start order: the suffix of its spool links
         self.spool_read = 0  # bytes of spool files read (wire.SPOOL_READ_AT)
         self.orphaned = False  # the training process died: nobody else removes the spool
+        # The run's journal (``core_monitor.journal``): this writer moves its backend's
+        # cursor to ``base`` + the calls handled, after a flush or close that raised nothing,
+        # never past ``cap`` (the first call it did not get, or the first that raised).
+        self.journal: str | None = None
+        self.base = 0
+        self.cap: int | None = None
 
     # Replies -----------------------------------------------------------------------------
 
@@ -189,6 +223,7 @@ class Writer:
         pending_end: str | None = None  # why the writer ends, placed once DATA is drained
         term_at: float | None = None
         stopped = False  # a stop request came: the training process waits for this writer
+        progress: wire.Progress | None = None  # looked at once the drain limit passed
         while True:
             watch = [self.wake_read]
             if control_open:
@@ -196,6 +231,9 @@ class Writer:
             if data_open and not self.inbox.full():
                 watch.append(self.data_fd)
             ready = select.select(watch, [], [], WATCH_SECONDS)[0]
+            if (ready == [self.data_fd] and self.batching and not waiting
+                    and pending_end is None and self.started):
+                ready += self.gather(watch[:-1])
             now = time.monotonic()
             if self.wake_read in ready:
                 woken = os.read(self.wake_read, 64)
@@ -239,8 +277,26 @@ class Writer:
                 pending_end = None
             if self.deadline is not None and now >= self.deadline and (
                     self.started or now >= self.deadline + START_SECONDS):
-                self.leave_spool()
-                os._exit(3)  # stuck in a hook (or in the start) past the drain limit
+                if progress is None:
+                    progress = wire.Progress(self.shared if self.started else None)
+                if progress.stalled():  # not while it still handles calls or closes
+                    self.leave_spool()
+                    os._exit(3)  # stuck in a hook (or in the start) past the drain limit
+
+    def gather(self, watch: list[int]) -> list[int]:
+        """A call came while nothing else did: let more gather in the data pipe for
+        ``SCHEDULE_DELAY`` seconds, unless it holds ``high_water`` bytes (looked at every
+        ``SCHEDULE_SLICE``) or one of ``watch`` (a request, SIGTERM) is readable first; those
+        of ``watch`` that are."""
+        end = time.monotonic() + SCHEDULE_DELAY
+        while _waiting_bytes(self.data_fd) < self.high_water:
+            left = end - time.monotonic()
+            if left <= 0:
+                return []
+            ready = select.select(watch, [], [], min(left, SCHEDULE_SLICE))[0]
+            if ready:
+                return ready
+        return []
 
     def death(self, seen: str) -> str:
         """What ``monitor_crash`` is told when the training process is gone."""
@@ -292,7 +348,13 @@ class Writer:
         message = self.read_start()
         if message is None:
             return False
-        _, module, qualname, name, run, options, self.spool, self.index = message
+        _, module, qualname, name, run, options, self.spool, self.index, journal = message
+        since = None
+        if journal is not None:
+            self.journal, self.base, *replay = journal
+            since = replay[0] if replay else None
+            with contextlib.suppress(OSError):  # held until this process ends: no sync beside
+                hold(self.journal, name)
         try:
             cls: Any = importlib.import_module(module)
             for part in qualname.split("."):
@@ -304,7 +366,19 @@ class Writer:
             return False
         self.backend = backend
         self.reply("ready", {"state": backend_state(backend.instance)})
+        if since is not None and since < self.base:
+            self.replay(since)
         return True
+
+    def replay(self, since: int) -> None:
+        """A writer started again after its predecessor died: hand the backend the journal's
+        calls from its cursor ``since`` up to the first call its pipe brings (``base``)."""
+        assert self.journal is not None
+        for seq, hook, kwargs in calls(self.journal, since):
+            if seq >= self.base:
+                break
+            if hook not in (START, CLOSE) and not self.call(hook, kwargs):
+                self.capped(seq)
 
     # The main loop ------------------------------------------------------------------------
 
@@ -322,7 +396,11 @@ class Writer:
                     hook, kwargs = value
                     if hook == "stop":
                         return kwargs.get("reason")
-                    self.call("monitor_flush", {})
+                    if hook == "gap":
+                        self.capped(kwargs["seq"])
+                        continue
+                    if self.call("monitor_flush", {}):
+                        self.confirm()
                     self.reply("flushed", kwargs["marker"], self.handled)
                 elif value is not None:  # "end", None is only the end of DATA
                     return value
@@ -350,36 +428,62 @@ class Writer:
         except Exception as error:
             self.reply("failed", "monitor_write", wire.exception_parts(error))
             call = ("", {})  # no backend has a hook of that name
+            self.capped(self.base + self.handled)  # this call's seq: not delivered
         self.spool_read += spooled["bytes"]
         if self.shared is not None:
             SPOOL_READ.pack_into(self.shared, SPOOL_READ_AT, self.spool_read)
         return call
 
-    def call(self, hook: str, kwargs: dict[str, Any]) -> None:
-        """Call the backend's ``hook``; a failure is replied, never raised."""
+    def capped(self, seq: int) -> None:
+        """The cursor never passes ``seq`` (a call not delivered)."""
+        self.cap = seq if self.cap is None else min(self.cap, seq)
+
+    def confirm(self) -> None:
+        """Move the backend's cursor past every call handled (the backend's flush or close
+        just returned without raising); never past ``cap``. A cursor that cannot be written
+        is left as it was (``monitors sync`` delivers those calls again)."""
+        if self.journal is None or self.backend is None:
+            return
+        seq = self.base + self.handled
+        with contextlib.suppress(OSError):
+            write_cursor(self.journal, self.backend.name,
+                         seq if self.cap is None else min(seq, self.cap))
+
+    def call(self, hook: str, kwargs: dict[str, Any]) -> bool:
+        """Call the backend's ``hook``; a failure is replied, never raised. Whether it
+        returned without raising (or the backend lacks it)."""
         assert self.backend is not None
         function = self.backend.hooks.get(hook)
         if function is None:
-            return
+            return True
         shared = self.shared
         if shared is not None:
             BUSY_SINCE.pack_into(shared, 24, time.monotonic())
             shared[0] = 1
         try:
             function(**kwargs)
+            return True
         except Exception as error:
+            if hook not in ("monitor_flush", "monitor_close"):
+                self.capped(self.base + self.handled - 1)  # this call's seq
             self.reply("failed", hook, wire.exception_parts(error))
+            return False
         finally:
             if shared is not None:
                 shared[0] = 0
                 HANDLED.pack_into(shared, 8, self.handled)
 
     def finish(self, crash: str | None) -> None:
-        """Flush, report a crash (``monitor_crash``), close; reply closed."""
-        self.call("monitor_flush", {})
+        """Flush, report a crash (``monitor_crash``), close; reply closed. The shared memory
+        says so meanwhile (``wire.FINISHING_AT``): an exit limit that passes lets these hooks
+        run for ``wire.CLOSE_HOOK_SECONDS`` each (``wire.Progress``)."""
+        if self.shared is not None:
+            self.shared[FINISHING_AT] = 1
+        flushed = self.call("monitor_flush", {})
         if crash:
             self.call("monitor_crash", {"reason": crash})
-        self.call("monitor_close", {})
+        if self.call("monitor_close", {}) and flushed:
+            self.confirm()
         self.leave_spool()
         self.reply("closed", self.handled)
 
@@ -399,6 +503,18 @@ def _pipe_size(fd: int) -> int:
         return max(1 << 12, fcntl.fcntl(fd, getattr(fcntl, "F_GETPIPE_SZ", 1032)))
     except (ImportError, OSError):
         return 1 << 16
+
+
+def _waiting_bytes(fd: int) -> int:
+    """Bytes waiting in the pipe ``fd`` (``FIONREAD``); 0 where that cannot be read (the
+    schedule delay then applies)."""
+    try:
+        import fcntl
+        import termios
+
+        return struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0]
+    except (ImportError, OSError, AttributeError):
+        return 0
 
 
 def lower_priority() -> None:

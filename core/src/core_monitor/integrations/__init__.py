@@ -9,6 +9,7 @@ module                                   what it gives
 ``core_monitor.integrations.accelerate`` ``MonitorTracker``, a ``GeneralTracker``; ``register()``
 ``core_monitor.integrations.lightning``  ``MonitorLogger``, a Lightning ``Logger``
 ``core_monitor.integrations.transformers`` ``MonitorCallback``, a ``TrainerCallback``
+``core_monitor.integrations.step_time``  ``StepClock``: per-rank step times (``step_time=``)
 =======================================  ======================================================
 
 Importing this package imports no framework; each module imports its framework when that

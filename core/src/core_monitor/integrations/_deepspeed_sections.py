@@ -62,6 +62,9 @@ def read_comet(section: Mapping[str, Any]) -> Read:
     ``project``, ``workspace``, ``experiment_key``, ``api_key`` and ``online`` become the
     backend's options of those names (``COMET_OPTIONS``); ``online`` not given (``None``) is
     ``True``, DeepSpeed's default (its ``comet_ml.start`` runs online unless told otherwise).
+    ``project`` not given: the backend's ``comet_project=True``, so Comet's own configuration
+    (``COMET_PROJECT_NAME``, ``.comet.config``) names the project, as with DeepSpeed's writer,
+    rather than the run's project.
     ``experiment_name`` is the run's name (the experiment's name in Comet); ``mode`` the run's
     ``resume`` (``COMET_MODES``). ``samples_log_interval`` is checked as DeepSpeed reads it (an
     integer) but not applied: every event reaches Comet, as it reaches every other backend.
@@ -97,6 +100,8 @@ def read_comet(section: Mapping[str, Any]) -> Read:
                               f"DeepSpeed's CometConfig does not know (it knows {known}); "
                               "give other comet options in the 'experiment_monitors' section")
     options.setdefault("online", True)
+    if "project" not in options:  # DeepSpeed's CometMonitor: comet_ml.start(project=None)
+        options["comet_project"] = True
     return monitor, options
 
 

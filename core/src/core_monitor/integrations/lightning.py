@@ -20,17 +20,21 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import Logger
 
 from ..errors import ConfigError
-from ..monitor import Monitor
+from ..monitor import URL, Monitor
 from ._common import loggable
 from ._runs import LazyRun
+from .step_time import StepClock, step_time_prefix
 
 __all__ = ["DEFAULT_PROJECT", "MonitorLogger"]
 
 #: The project when none is given: the name Lightning's built-in loggers default to.
 DEFAULT_PROJECT = "lightning_logs"
+#: The backends that write a remote ``save_dir`` (an fsspec URL) through their ``run_dir``.
+REMOTE_BACKENDS = ("csv", "tensorboard")
 
 
 def _running_trainer() -> tuple[Any, bool]:
@@ -74,6 +78,43 @@ def _tensorboard_params(params: Mapping[str, Any]) -> dict[str, Any]:
                 value = str(value)
         out[key] = value
     return out
+
+
+class _StepTimer(Callback):
+    """Feeds a ``StepClock`` from Lightning's batch hooks: a step is one training batch
+    (``on_train_batch_start`` to ``on_train_batch_end``), its backward pass starts at
+    ``on_before_backward``; validation ends and epoch starts are not waits for data."""
+
+    def __init__(self, clock: StepClock) -> None:
+        self.clock = clock
+
+    def on_train_epoch_start(self, trainer: Any, pl_module: Any) -> None:
+        self.clock.idle()
+
+    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any,
+                             batch_idx: int) -> None:
+        self.clock.start()
+
+    def on_before_backward(self, trainer: Any, pl_module: Any, loss: Any) -> None:
+        self.clock.backward()
+
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        self.clock.end()
+
+    def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
+        self.clock.idle()
+
+    def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+        self.clock.reset()
+
+
+def _remote(folder: str | os.PathLike[str] | None) -> str | None:
+    """``folder`` when it is a URL (fsspec's ``protocol://path``), else ``None``."""
+    if folder is None:
+        return None
+    text = os.fspath(folder)
+    return text if URL.match(text) else None
 
 
 class MonitorLogger(Logger):
@@ -122,15 +163,27 @@ class MonitorLogger(Logger):
         prefix: put before every metric key, joined with ``"-"``, as every built-in logger's
             ``prefix`` (``prefix="fold1"``: ``fold1-train_loss``); default none.
         save_dir: Lightning's name for ``log_dir`` (``str`` or path; give one of them); default:
-            the ``Trainer``'s ``default_root_dir``.
+            the ``Trainer``'s ``default_root_dir``. An fsspec URL (``s3://bucket/runs``,
+            ``memory://runs``), as ``CSVLogger`` and ``TensorBoardLogger`` take one: the csv
+            and tensorboard backends write ``<save_dir>/<project>/<run name>`` there through
+            fsspec (install ``fsspec``, e.g. ``csv-monitor[remote]``, and the filesystem's
+            package, e.g. s3fs); any other backend is a ``ConfigError`` naming it.
         default_hp_metric: write ``hp_metric = -1`` at step 0 at the first ``log_hyperparams``
             without ``metrics`` (``TensorBoardLogger``'s ``default_hp_metric``, default
             ``True``).
+        step_time: ``True`` (tags under ``step_time/``) or a tag prefix: every rank times its
+            training batches (``core_monitor.integrations.step_time``: the wait for the batch
+            ``data``, the batch's start to ``on_before_backward`` ``forward``, the whole batch
+            ``step``, in seconds, each a mean per batch since the previous logging call), and
+            at each of Lightning's logging calls (every rank makes them) one ``all_gather``
+            gives rank 0 each tag's ``/mean``, ``/median``, ``/min``, ``/max``,
+            ``/min_rank``, ``/max_rank``, stored with the logged metrics. Default ``False``.
         **monitor_kwargs: other ``Monitor`` keyword arguments (``log_dir``, ``config``,
             ``strict``, ``rank_zero_only``, ``dispatch``, one options mapping per backend).
 
     Raises:
-        ConfigError: ``prefix`` is not a ``str``, ``default_hp_metric`` not a ``bool``, or
+        ConfigError: ``prefix`` is not a ``str``, ``default_hp_metric`` not a ``bool``,
+            ``step_time`` neither a ``bool`` nor a non-empty ``str``, or
             ``save_dir`` and ``log_dir`` both given and different; at the first use, as
             ``Monitor`` raises it; ``UnknownBackendError``, ``BackendLoadError`` likewise.
     """
@@ -141,7 +194,7 @@ class MonitorLogger(Logger):
     def __init__(self, backends: Sequence[str | type] | str | None = None, *,
                  project: str = DEFAULT_PROJECT, name: str | None = None, prefix: str = "",
                  save_dir: str | os.PathLike[str] | None = None, default_hp_metric: bool = True,
-                 **monitor_kwargs: Any) -> None:
+                 step_time: bool | str = False, **monitor_kwargs: Any) -> None:
         super().__init__()
         if not isinstance(prefix, str):
             raise ConfigError(f"MonitorLogger: prefix={prefix!r} must be a str, e.g. 'fold1'")
@@ -153,9 +206,15 @@ class MonitorLogger(Logger):
             raise ConfigError(f"MonitorLogger: save_dir={str(save_dir)!r} and log_dir="
                               f"{str(log_dir)!r} name the same folder (Lightning's and "
                               "Monitor's name for it): give one of them")
-        if save_dir is not None:
+        #: ``save_dir`` given as a URL (``s3://...``, ``memory://...``): only csv writes there.
+        self._remote_dir = _remote(save_dir if save_dir is not None else log_dir)
+        if self._remote_dir is not None:
+            monitor_kwargs.pop("log_dir", None)
+        elif save_dir is not None:
             monitor_kwargs["log_dir"] = save_dir
         self._prefix = prefix
+        timed = step_time_prefix(step_time, "MonitorLogger")
+        self._timer = None if timed is None else _StepTimer(StepClock(timed))
         self._default_hp_metric = default_hp_metric
         #: Metrics of ``log_hyperparams`` given before the run started: ``(metrics, step)``.
         self._hp_metrics: list[tuple[Mapping[str, Any], int]] = []
@@ -163,6 +222,35 @@ class MonitorLogger(Logger):
         self._runs = LazyRun(backends, project=project, name=name, source="MonitorLogger",
                              **monitor_kwargs)
         self._warned: set[str] = set()
+        if self._remote_dir is not None:
+            self._write_remotely(backends, self._remote_dir)
+
+    def _write_remotely(self, backends: Sequence[str | type] | str | None, url: str) -> None:
+        """Send the run to ``<url>/<project>/<run name>`` (``CSVLogger``'s and
+        ``TensorBoardLogger``'s folder under a remote ``save_dir``) through the ``run_dir`` of
+        the csv and tensorboard backends; any other backend cannot write to a URL:
+        ``ConfigError`` naming it."""
+        names = [backends] if isinstance(backends, str) else list(backends or [])
+        if not names:
+            raise ConfigError(f"MonitorLogger: save_dir={url!r} is a URL; name the backends, "
+                              "e.g. MonitorLogger(['csv'], save_dir=...): only csv and "
+                              "tensorboard write to a URL (through fsspec, as Lightning's "
+                              "CSVLogger and TensorBoardLogger)")
+        for backend in names:
+            label = backend if isinstance(backend, str) else getattr(backend, "__name__", "?")
+            if backend not in REMOTE_BACKENDS:
+                raise ConfigError(
+                    f"MonitorLogger: backend {label!r} cannot write to save_dir={url!r} (a "
+                    "URL): only csv and tensorboard write to a remote folder (through fsspec, "
+                    "as Lightning's CSVLogger and TensorBoardLogger); give a local save_dir, "
+                    f"or leave {label!r} out and log it with a second MonitorLogger that has a "
+                    "local save_dir")
+        kwargs = self._runs.monitor_kwargs
+        for backend in map(str, names):
+            options = dict(kwargs.get(backend) or {})
+            options.setdefault("run_dir",
+                               f"{url.rstrip('/')}/{self._runs.project}/{self._runs.name}")
+            kwargs[backend] = options
 
     @property
     def experiment(self) -> Monitor:
@@ -175,6 +263,7 @@ class MonitorLogger(Logger):
         if started is not None:
             return started
         trainer, resume = _running_trainer()
+        self._attach_timer(trainer)
         if runs.monitor_kwargs.get("log_dir") is None and trainer is not None:
             runs.monitor_kwargs["log_dir"] = trainer.default_root_dir
         monitor = runs.monitor(resume=resume)
@@ -183,11 +272,22 @@ class MonitorLogger(Logger):
             self._log_hp_metrics(monitor, metrics, step)
         return monitor
 
+    def _attach_timer(self, trainer: Any) -> None:
+        """With ``step_time``: the batch timer among the ``Trainer``'s callbacks (Lightning
+        hands a logger no hooks of its own). Done where Lightning first reads the logger, in
+        the ``Trainer``'s setup, on every rank, before the first batch."""
+        timer = self._timer
+        callbacks = getattr(trainer, "callbacks", None)
+        if timer is not None and isinstance(callbacks, list) and timer not in callbacks:
+            callbacks.append(timer)
+
     @property
     def save_dir(self) -> str | None:
         """The folder the local backends write under (``trainer.log_dir``): ``save_dir`` or
         ``log_dir`` as given, else the ``default_root_dir`` of the ``Trainer`` running (also
         before the run starts), else ``None`` outside a ``Trainer``."""
+        if self._remote_dir is not None:
+            return self._remote_dir
         log_dir = self._runs.monitor_kwargs.get("log_dir")
         if log_dir is None:
             trainer, _ = _running_trainer()
@@ -215,19 +315,32 @@ class MonitorLogger(Logger):
         ``prefix``.
 
         Tensors become floats; a value that is not a number is skipped with one warning naming
-        its key.
+        its key. With ``step_time``, a collective: Lightning calls it on every rank, and after
+        training batches the ranks' step times join the metrics (rank 0 stores them).
         """
+        timer = self._timer
+        if timer is None:
+            self._write(metrics, step)
+            return
+        if self._runs.started is None:
+            self._attach_timer(_running_trainer()[0])
+        times = timer.clock.collect()  # on every rank: the ranks' view of their step times
+        self._write({**metrics, **times}, step)
+        timer.clock.idle()  # this call's own time is not a wait for data
+
+    def _write(self, metrics: Mapping[str, Any], step: int | None) -> None:
         if self._prefix:
             metrics = {f"{self._prefix}{self.LOGGER_JOIN_CHAR}{k}": v for k, v in metrics.items()}
         self.experiment.log(loggable(metrics, self._warned, "MonitorLogger", text=False),
                             step=step)
 
-    def log_hyperparams(self, params: Mapping[str, Any] | Namespace,
+    def log_hyperparams(self, params: Mapping[str, Any] | Namespace | None = None,
                         metrics: Mapping[str, Any] | float | None = None,
                         step: int | None = None) -> None:
-        """Store hyperparameters (a ``dict`` or ``argparse.Namespace``) in every backend's run
-        config (flattened with ``.``, JSON-safe; see the class docstring for tensors): into the
-        open run, or kept for the run that starts at the first metric.
+        """Store hyperparameters (a ``dict`` or ``argparse.Namespace``; ``None``, the default
+        of ``CSVLogger.log_hyperparams``: none) in every backend's run config (flattened with
+        ``.``, JSON-safe; see the class docstring for tensors): into the open run, or kept for
+        the run that starts at the first metric.
 
         ``metrics`` as ``TensorBoardLogger`` takes them: a mapping, or one number meaning
         ``{"hp_metric": number}``; stored as scalars at ``step`` (``None``: 0, where
@@ -237,7 +350,8 @@ class MonitorLogger(Logger):
         process that only logs hyperparameters still starts no run)."""
         if isinstance(params, Namespace):
             params = vars(params)
-        self._runs.log_config(_tensorboard_params(params))
+        if params:
+            self._runs.log_config(_tensorboard_params(params))
         step = 0 if step is None else step
         if metrics is not None:  # metrics given: stored now, as log_metrics (starts the run)
             if not isinstance(metrics, Mapping):
@@ -258,7 +372,7 @@ class MonitorLogger(Logger):
         ``log_hyperparams`` is rank-zero-only: on a rank that writes nothing they are not
         checked either, so that rank's next step stays where rank 0's is)."""
         if monitor.backends:
-            self.log_metrics(metrics, step)
+            self._write(metrics, step)
 
     def save(self) -> None:
         """Make what was logged readable in every backend (``Monitor.flush``)."""

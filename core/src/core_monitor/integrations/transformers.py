@@ -25,6 +25,7 @@ from ..errors import ConfigError
 from ..monitor import Monitor
 from ._common import loggable
 from ._runs import LazyRun
+from .step_time import StepClock, step_time_prefix
 
 __all__ = ["MonitorCallback"]
 
@@ -63,18 +64,31 @@ class MonitorCallback(TrainerCallback):
         name: the run name; default ``args.run_name`` when set, else ``YYYYmmdd-HHMMSS-host``.
         rewrite_logs: store the Trainer's own callbacks' tag names (default); ``False`` stores
             the keys of ``log_history`` as they are (``loss``, ``eval_loss``).
+        step_time: ``True`` (tags under ``step_time/``) or a tag prefix: every process times
+            its optimizer steps (``core_monitor.integrations.step_time``): ``data``, from
+            the end of the previous step (or of the logging, evaluation or saving after it)
+            to ``on_step_begin``, the wait for the step's batches; ``forward``, from
+            ``on_step_begin`` to the end of the model's last forward pass in the step (a
+            forward hook on the model during ``train()``); ``step``, from ``on_step_begin``
+            to ``on_step_end``; in seconds, each a mean per step since the previous
+            ``on_log``. At each ``on_log`` after training steps (every process gets it) one
+            ``all_gather`` gives process zero each tag's ``/mean``, ``/median``, ``/min``,
+            ``/max``, ``/min_rank``, ``/max_rank``, stored with the logs (``train/step_time/
+            ...`` with ``rewrite_logs``). Default ``False``.
         **monitor_kwargs: other ``Monitor`` keyword arguments (``log_dir``, ``config``,
             ``strict``, ``rank_zero_only``, one options mapping per backend).
 
     Raises:
-        ConfigError: ``rewrite_logs`` is not a ``bool``; in ``on_train_begin``, as ``Monitor``
+        ConfigError: ``rewrite_logs`` is not a ``bool``, ``step_time`` neither a ``bool`` nor
+            a non-empty ``str``; in ``on_train_begin``, as ``Monitor``
             raises it (e.g. no backend named and ``EXPERIMENT_MONITORS`` unset);
             ``UnknownBackendError``, ``BackendLoadError`` likewise.
     """
 
     def __init__(self, backends: Sequence[str | type] | str | None = None, *,
                  project: str | None = None, name: str | None = None,
-                 rewrite_logs: bool = True, **monitor_kwargs: Any) -> None:
+                 rewrite_logs: bool = True, step_time: bool | str = False,
+                 **monitor_kwargs: Any) -> None:
         if not isinstance(rewrite_logs, bool):
             raise ConfigError(f"MonitorCallback: rewrite_logs={rewrite_logs!r} must be True or "
                               "False")
@@ -82,6 +96,9 @@ class MonitorCallback(TrainerCallback):
         self._project = project
         self._name = name
         self._rewrite = rewrite_logs
+        timed = step_time_prefix(step_time, "MonitorCallback")
+        self._clock = None if timed is None else StepClock(timed)
+        self._forward_hook: Any = None
         self._monitor_kwargs = monitor_kwargs
         self._runs: LazyRun | None = None
         self._warned: set[str] = set()
@@ -102,13 +119,16 @@ class MonitorCallback(TrainerCallback):
         return self._runs
 
     def _log(self, args: Any, state: Any, metrics: Mapping[str, Any] | None,
-             model: Any) -> None:
+             model: Any, times: Mapping[str, float] | None = None) -> None:
         if not state.is_world_process_zero or not metrics:
             return
         monitor = self._runs.started if self._runs is not None else None
         if monitor is None:  # evaluate() or predict() before any train(): start the run
             monitor = self._start(args, model)
-        values = trainer_tags(dict(metrics)) if self._rewrite else metrics
+        values = dict(metrics)
+        if times:
+            values.update(times)
+        values = trainer_tags(values) if self._rewrite else values
         monitor.log(loggable(values, self._warned, "MonitorCallback"), step=state.global_step)
 
     def _start(self, args: Any, model: Any, resume: bool = False) -> Monitor:
@@ -133,11 +153,45 @@ class MonitorCallback(TrainerCallback):
         from a checkpoint (``trainer.train(resume_from_checkpoint=...)``: ``state.global_step``
         restored above 0) reattaches to the run of this name (``Monitor(resume="allow")``)."""
         self._start(args, model, resume=getattr(state, "global_step", 0) > 0)
+        clock = self._clock
+        if clock is not None and self._forward_hook is None and model is not None:
+            self._forward_hook = model.register_forward_hook(
+                lambda module, inputs, output: clock.backward())
+
+    def on_epoch_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        """``step_time``: the wait for the epoch's first batch starts here."""
+        if self._clock is not None:
+            self._clock.idle()
+
+    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        """``step_time``: a step starts (its batches are fetched)."""
+        if self._clock is not None:
+            self._clock.start()
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        """``step_time``: the step ended (optimizer step done)."""
+        if self._clock is not None:
+            self._clock.end()
+
+    def on_evaluate(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        """``step_time``: evaluation is not a wait for data."""
+        if self._clock is not None:
+            self._clock.idle()
+
+    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        """``step_time``: a checkpoint is not a wait for data."""
+        if self._clock is not None:
+            self._clock.idle()
 
     def on_log(self, args: Any, state: Any, control: Any, logs: Mapping[str, Any] | None = None,
                model: Any = None, **kwargs: Any) -> None:
-        """Store ``logs`` at ``state.global_step`` (process zero; see the class docstring)."""
-        self._log(args, state, logs, model)
+        """Store ``logs`` at ``state.global_step`` (process zero; see the class docstring);
+        with ``step_time``, after training steps, a collective on every process first."""
+        clock = self._clock
+        times = clock.collect() if clock is not None else None
+        self._log(args, state, logs, model, times)
+        if clock is not None:
+            clock.idle()  # this call's own time is not a wait for data
 
     def on_predict(self, args: Any, state: Any, control: Any,
                    metrics: Mapping[str, Any] | None = None, model: Any = None,
@@ -147,6 +201,11 @@ class MonitorCallback(TrainerCallback):
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         """Flush every backend and keep the run open for what the Trainer does next."""
+        if self._clock is not None:
+            self._clock.reset()
+        if self._forward_hook is not None:
+            self._forward_hook.remove()
+            self._forward_hook = None
         if self._runs is not None:
             self._runs.pause()
 

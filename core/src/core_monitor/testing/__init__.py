@@ -14,6 +14,7 @@ storage back::
         read_config = staticmethod(my_monitor.read_config)  # only with stores_config=True;
                                                             # else the config checks are skipped
         read_media = staticmethod(my_monitor.read_media)    # only with media_kinds declared
+        read_crash = staticmethod(my_monitor.read_crash)    # the crash reason, or None
         backend_options = {"flush_secs": 1}                 # optional: the backend's options
 
 Each may instead be a pytest fixture of the same name, for a value that depends on another
@@ -47,7 +48,8 @@ a test class may set ``dispatch = "process"`` to run them all in writer processe
 
 Modules: ``contract`` (``MonitorContract``: fixtures and assertions), ``_steps`` (the step and
 value checks), ``_runs`` (flush, close, runs, ranks, config, imports), ``_media`` (images,
-histograms, text), ``_messages`` (what a failure says), ``factory`` (``MonitorFactory``).
+histograms, text), ``_crash`` (how a run ended: ``read_crash`` after SIGKILL, SIGTERM and an
+exception in ``with``), ``_messages`` (what a failure says), ``factory`` (``MonitorFactory``).
 """
 
 from __future__ import annotations

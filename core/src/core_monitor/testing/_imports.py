@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib.metadata
 import re
 
-from ..compat import packages_distributions
+from ..plugins import packages_distributions
 
 CORE_DISTRIBUTION = "core-monitor"
 

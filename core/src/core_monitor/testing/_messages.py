@@ -66,8 +66,8 @@ def value_hint(want: float, got: float, dtype: str) -> str:
         return ("NaN and ±inf must be stored as such — store event.value unchanged in "
                 "monitor_write and return float('nan') / float('inf') from read_rows")
     if dtype == "float64" and same(got, stored_as(want, "float32")):
-        return ("the storage rounds values to single precision — declare the class attribute "
-                "value_dtype = 'float32'")
+        return ("the storage rounds values to single precision — declare "
+                "Capabilities(value_dtype='float32')")
     return "store event.value unchanged in monitor_write, and read it back unchanged in read_rows"
 
 

@@ -168,8 +168,8 @@ class RunChecks:
         after = calls[at_close:]
         if after:
             pytest.fail(f"hooks called after Monitor.close(): {after}; expected none: the "
-                        "installed core-monitor broke its guarantee (report it); a backend "
-                        "should still tolerate a second monitor_close", pytrace=False)
+                        "installed core-monitor broke its guarantee (report it): a backend "
+                        "may rely on monitor_close being the last call, once", pytrace=False)
         closes = calls.count("monitor_close")
         if "monitor_close" in recorded and closes != 1:
             pytest.fail(f"monitor_close was called {closes} times by one Monitor, expected once",

@@ -14,6 +14,7 @@ import pytest
 from ..hookspecs import HOOKS, Capabilities
 from ..monitor import Monitor
 from ..run import RunInfo
+from ._crash import CrashChecks
 from ._media import MediaChecks
 from ._messages import same, short, step_hint, stored_as, value_hint
 from ._resume import ResumeChecks
@@ -33,6 +34,7 @@ SUPPLIED: dict[str, str | None] = {
                  "RunInfo -> [(tag, step, value)] read from your storage",
     "read_config": None,
     "read_media": None,
+    "read_crash": None,
     "backend_options": None,
     "dispatch": None,
 }
@@ -49,7 +51,7 @@ def _is_value(raw: Any) -> bool:
     return False
 
 
-class MonitorContract(StepChecks, RunChecks, MediaChecks, ResumeChecks):
+class MonitorContract(StepChecks, RunChecks, MediaChecks, ResumeChecks, CrashChecks):
     """Abstract test class: subclass it and say what to test with class attributes::
 
         class TestMyBackend(MonitorContract):
@@ -57,6 +59,7 @@ class MonitorContract(StepChecks, RunChecks, MediaChecks, ResumeChecks):
             read_rows = staticmethod(my_monitor.read_rows)
             read_config = staticmethod(my_monitor.read_config)   # with stores_config = True
             read_media = staticmethod(my_monitor.read_media)     # with media_kinds declared
+            read_crash = staticmethod(my_monitor.read_crash)     # how a run ended
             backend_options = {"flush_secs": 1}            # optional: the backend's options
             dispatch = "process"   # optional: the kit's monitors run the backend on a
                                    # worker thread ("thread", the default), or "process"/"sync"
@@ -65,8 +68,9 @@ class MonitorContract(StepChecks, RunChecks, MediaChecks, ResumeChecks):
     depends on another fixture is given (a reader bound to a test server's address, say).
 
     The checks themselves live in ``StepChecks`` (the step and value contract), ``RunChecks``
-    (flush, close, runs and ranks, config, imports) and ``MediaChecks`` (images, histograms,
-    text); this class holds the fixtures and the assertions they share.
+    (flush, close, runs and ranks, config, imports), ``MediaChecks`` (images, histograms,
+    text) and ``CrashChecks`` (how a run ended: SIGKILL, SIGTERM, an exception in ``with``);
+    this class holds the fixtures and the assertions they share.
 
     Raises:
         TypeError: when the subclass is defined, ``backend_options`` is neither a mapping nor a
@@ -117,6 +121,7 @@ class MonitorContract(StepChecks, RunChecks, MediaChecks, ResumeChecks):
         read_rows: Any
         read_config: Any
         read_media: Any
+        read_crash: Any
         backend_options: Any
         dispatch: Any
     else:
@@ -144,6 +149,14 @@ class MonitorContract(StepChecks, RunChecks, MediaChecks, ResumeChecks):
             ``array`` as stored, ``(H, W, C)``; a histogram's ``edges`` and ``counts``), in storage
             order; ``None`` (the default) is only right for a backend without ``media_kinds``."""
             return self._given("read_media")
+
+        @pytest.fixture
+        def read_crash(self) -> Callable[[RunInfo], str | None] | None:
+            """A function ``RunInfo -> str | None``: the reason the run crashed, as
+            ``monitor_crash`` got it (``""`` from a tracker that keeps a failed state but no
+            text), ``None`` for a run that did not (``core_monitor.readers``); ``None`` (the
+            default) skips the crash checks."""
+            return self._given("read_crash")
 
         @pytest.fixture
         def backend_options(self) -> dict[str, Any]:

@@ -16,8 +16,6 @@ import inspect
 from collections.abc import Sequence
 from typing import Any
 
-from core_monitor.compat import require_sdk
-
 #: The Aim versions this plugin is tested with (``nox -s lowest`` runs the lowest, ``nox -s
 #: newest`` the newest on the index). The install requirement names only the lowest; outside
 #: this range the core warns once, and ``problems()`` decides whether the plugin runs.
@@ -27,10 +25,6 @@ TESTED = "aim>=3.29.1,<3.30"
 #: capture, no system params).
 RUN_ARGUMENTS = ("repo", "experiment", "system_tracking_interval", "log_system_params",
                  "capture_terminal_logs")
-
-# The SDK is imported only when a backend is built, but must be there for the plugin to load.
-require_sdk("aim", "aim-monitor")
-
 
 def problems() -> list[str]:
     """Import Aim; what it lacks of what this plugin uses (``[]``: nothing)."""

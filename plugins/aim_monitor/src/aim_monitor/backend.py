@@ -10,8 +10,9 @@ import warnings
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from core_monitor import BackendWarning, Capabilities, ConfigError, Event, RunInfo, hookimpl
+from core_monitor import BackendWarning, Capabilities, Event, RunInfo, hookimpl
 from core_monitor.media import Histogram, Image, MediaItem, Text
+from core_monitor.options import NonBlank
 from core_monitor.resume import NoRunToResume
 
 from . import _compat
@@ -81,25 +82,12 @@ class AimMonitor:
         tested_sdk=_compat.TESTED,  # outside this range the core warns once
     )
 
-    @classmethod
-    def check_options(cls, options: Mapping[str, Any]) -> None:
-        """Refuse blank tags (the core refuses ``tags="a"``, a ``str``, from the annotation).
-
-        Raises:
-            ConfigError: naming the option, the value and the fix.
-        """
-        tags = options.get("tags")
-        if tags is not None and any(not isinstance(t, str) or not t.strip() for t in tags):
-            raise ConfigError(f"aim: option tags={list(tags)!r} holds a blank or non-str tag; "
-                              "give non-empty strings, e.g. tags=['baseline']")
-
-    @classmethod
-    def check_sdk(cls) -> list[str]:
-        """What the installed Aim lacks of what this plugin uses (run by the core)."""
+    @staticmethod
+    def check_sdk() -> list[str]:  # the core runs it (core_monitor.sdk): what the SDK lacks
         return _compat.problems()
 
     def __init__(self, run: RunInfo, *, repo: str | None = None,
-                 experiment: str | None = None, tags: Sequence[str] | None = None) -> None:
+                 experiment: str | None = None, tags: Sequence[NonBlank] | None = None) -> None:
         from aim import Run
 
         self._info = run
@@ -124,7 +112,6 @@ class AimMonitor:
             self._run.add_tag(tag)
         if run.config or earlier is None:
             self._merge_config(dict(run.config))
-        self._closed = False
 
     def _earlier(self) -> str | None:
         """The hash of the newest run of this experiment and name, if any; records where each
@@ -211,10 +198,7 @@ class AimMonitor:
     def monitor_close(self) -> None:
         """Finish the run (``run.close()``: its end time), then index it (``_compat.index_runs``,
         what ``aim up`` does) so that ``aim.Repo`` sees it finished with no ``aim up`` or
-        ``aim storage reindex``. A second call does nothing."""
-        if self._closed:
-            return
-        self._closed = True
+        ``aim storage reindex``."""
         run_hash, root = self._run.hash, self._run.repo.root_path
         self._run.close()
         _compat.index_runs(root, [run_hash])

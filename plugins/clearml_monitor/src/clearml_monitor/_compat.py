@@ -1,6 +1,6 @@
 """Every access to ClearML internals, and the check that they still have the expected shape.
 
-Two private dependencies.
+Two private dependencies, and one call ClearML documents for tests (``forget_remote_task``).
 
 ``clearml.utilities.check_updates.CheckPackageUpdates._package_version_checked``: every
 ``Task.init`` (2.1, offline too) starts a thread that asks ``https://updates.clear.ml/updates``
@@ -28,8 +28,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
-
-from core_monitor.compat import require_sdk
+import sys
 
 #: The ClearML versions this plugin is tested with (``nox -s lowest`` runs the lowest, ``nox -s
 #: newest`` the newest on the index). The install requirement names only the lowest; outside
@@ -60,10 +59,6 @@ UPDATE_CHECK = ("clearml.utilities.check_updates", "CheckPackageUpdates",
                 "_package_version_checked")
 #: The private attribute ``use_report_thread`` sets.
 REPORT_SUBPROCESS = "_report_subprocess_enabled"
-
-# The SDK is imported only when a backend is built, but must be there for the plugin to load.
-require_sdk("clearml", "clearml-monitor")
-
 
 def problems() -> list[str]:
     """Import ClearML; what it lacks of what this plugin uses (``[]``: nothing)."""
@@ -116,3 +111,29 @@ def no_update_check() -> None:
     """Make ``Task.init`` skip its request to ClearML's update server in this process."""
     module, owner, attribute = UPDATE_CHECK
     setattr(getattr(importlib.import_module(module), owner), attribute, True)
+
+
+def forget_remote_task() -> None:
+    """Make an already imported ClearML forget the ``clearml-agent`` task it read at import.
+
+    ClearML reads ``CLEARML_TASK_ID`` once, when ``clearml.config`` is imported, and from then on
+    takes the process for that (remote) task. A writer process drops the variable before it
+    imports ClearML; should something have imported ClearML there first, this resets the value
+    read through ClearML's ``clearml.config.remote.override_current_task_id(None)`` (ClearML's
+    documented switch back to local execution, meant for tests). Nothing when ClearML is not
+    imported yet or runs no remote task.
+
+    Raises:
+        RuntimeError: ClearML is imported, runs a remote task, and has no
+            ``override_current_task_id`` (tested: ``TESTED``).
+    """
+    config = sys.modules.get("clearml.config")
+    if config is None or not config.running_remotely():
+        return
+    remote = importlib.import_module("clearml.config.remote")
+    override = getattr(remote, "override_current_task_id", None)
+    if override is None:
+        raise RuntimeError("clearml.config.remote.override_current_task_id is missing: this "
+                           "writer process cannot leave the clearml-agent task it inherited "
+                           f"(tested: {TESTED})")
+    override(None)

@@ -19,6 +19,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from core_monitor import Capabilities, ConfigError, Event, RunInfo, hookimpl
 from core_monitor.media import Histogram, Image, MediaItem, Text
+from core_monitor.options import NonBlank
+from core_monitor.output import hidden
+from core_monitor.run import training_pid
 
 from . import _compat
 from .storage import (
@@ -44,6 +47,18 @@ if TYPE_CHECKING:
 #: (a writer process of a later ``Monitor``) would not start a task of its own. ``close``
 #: restores both, as ClearML's own pipeline controller pops both before starting a step.
 MASTER_VARIABLES = ("CLEARML_PROC_MASTER_ID", "TRAINS_PROC_MASTER_ID")
+#: The variables that bind a process to a task it did not create, which a writer process
+#: inherits from the training process: ``MASTER_VARIABLES`` (set by the user's ``Task.init``,
+#: by accelerate's or the HF Trainer's ClearML tracker beside this backend), and what
+#: ``clearml-agent`` sets for the task it runs (``CLEARML_TASK_ID``: ClearML reads it once, at
+#: import, and then takes the process for that remote task; ``CLEARML_LOG_TASK_TO_BACKEND``,
+#: ``CLEARML_SIMULATE_REMOTE_TASK``, ``CLEARML_NODE_ID`` go with it). ClearML's
+#: ``clearml.config.defs`` names them (both spellings). A writer process drops them before
+#: ClearML is imported there, so its ``Task.init`` starts a task of its own.
+INHERITED_TASK_VARIABLES = (*MASTER_VARIABLES, "CLEARML_TASK_ID", "TRAINS_TASK_ID",
+                            "CLEARML_LOG_TASK_TO_BACKEND", "TRAINS_LOG_TASK_TO_BACKEND",
+                            "CLEARML_SIMULATE_REMOTE_TASK", "CLEARML_NODE_ID",
+                            "TRAINS_NODE_ID")
 #: The warning period given with the NaN and inf values: ClearML would say every 1000th NaN
 #: that it reports it as NaN.
 QUIET = 2**62
@@ -89,9 +104,14 @@ class ClearmlMonitor:
     handlers ``Task.init`` replaces are put back: ClearML's would close the task at SIGTERM,
     before a writer process wrote the rest of its pipe and marked the crash.
 
-    ClearML allows one open task per process: a second ``ClearmlMonitor`` while one is open in
-    the same process raises ``ConfigError`` (``dispatch="process"``, the default, gives each
-    monitor a writer process of its own). Resume is not supported: an offline session cannot
+    ClearML allows one open task per process. In a writer process (``dispatch="process"``, the
+    default) the backend always starts a task of its own, beside the user's (``Task.init`` in
+    the training script, accelerate's or the Trainer's ClearML tracker, a ``clearml-agent``
+    run): the ClearML variables the writer inherits from the training process
+    (``INHERITED_TASK_VARIABLES``) are dropped in the writer before ClearML is imported there.
+    In ``dispatch="thread"`` or ``"sync"`` the backend runs in the training process, and a
+    task already open there (the user's) makes it raise ``ConfigError`` naming the fix.
+    Resume is not supported: an offline session cannot
     be continued.
 
     Args:
@@ -108,8 +128,8 @@ class ClearmlMonitor:
             output pipe closed) from failing ``Task.init`` with ``BrokenPipeError``.
 
     Raises:
-        ConfigError: a ClearML task is already open in this process; (``check_options``) a
-            blank tag.
+        ConfigError: a ClearML task is already open in this process (``dispatch="thread"`` or
+            ``"sync"``); (``check_options``) a blank tag.
     """
 
     capabilities: ClassVar[Capabilities] = Capabilities(
@@ -122,33 +142,28 @@ class ClearmlMonitor:
         tested_sdk=_compat.TESTED,  # outside this range the core warns once
     )
 
-    @classmethod
-    def check_options(cls, options: Mapping[str, Any]) -> None:
-        """Refuse blank tags (the core refuses ``tags="a"``, a ``str``, from the annotation).
-
-        Raises:
-            ConfigError: naming the option, the value and the fix.
-        """
-        tags = options.get("tags")
-        if tags is not None and any(not isinstance(t, str) or not t.strip() for t in tags):
-            raise ConfigError(f"clearml: option tags={list(tags)!r} holds a blank or non-str "
-                              "tag; give non-empty strings, e.g. tags=['baseline']")
-
-    @classmethod
-    def check_sdk(cls) -> list[str]:
-        """What the installed ClearML lacks of what this plugin uses (run by the core)."""
+    @staticmethod
+    def check_sdk() -> list[str]:
+        """What the installed ClearML lacks of what this plugin uses (run by the core, in a
+        writer process before the backend is built: it imports ClearML, so the inherited
+        task variables go first)."""
+        _leave_inherited_task()
         return _compat.problems()
 
-    def __init__(self, run: RunInfo, *, tags: Sequence[str] | None = None,
+    def __init__(self, run: RunInfo, *, tags: Sequence[NonBlank] | None = None,
                  offline: bool = True, quiet: bool = True) -> None:
+        _leave_inherited_task()
         from clearml import Logger, Task
 
         current: Any = Task.current_task()
-        if current is not None:
+        if current is not None:  # only in the training process: a writer left the user's task
             raise ConfigError(
-                f"clearml: a ClearML task ({current.name!r}) is already open in this process "
-                "and ClearML allows one per process; close it first, or run each monitor in a "
-                "writer process of its own: Monitor(..., dispatch='process') (the default)")
+                f"clearml: a ClearML task ({current.name!r}, id {current.id}) is already open "
+                "in the training process, and ClearML allows one task per process, so with "
+                "dispatch='thread' or 'sync' this backend would log into that task; use "
+                "Monitor(..., dispatch='process') (the default), where the clearml backend "
+                "writes a task of its own beside that one, or close that task first "
+                "(task.close())")
         self._info = run
         self._quiet = quiet
         self._master_before = {name: os.environ.get(name) for name in MASTER_VARIABLES}
@@ -169,7 +184,6 @@ class ClearmlMonitor:
             self._task.get_offline_mode_folder()  # resolved (and kept) under this cache dir
         self._logger: Any = self._task.get_logger()
         self._set_config(dict(run.config))
-        self._closed = False
 
     @hookimpl
     def monitor_write(self, events: Sequence[Event]) -> None:
@@ -247,11 +261,7 @@ class ClearmlMonitor:
     def monitor_close(self) -> None:
         """Close the task (offline: the session's ``.zip`` is written beside its folder) and put
         back ``CLEARML_PROC_MASTER_ID`` and ``TRAINS_PROC_MASTER_ID`` as they were before
-        ``Task.init``. A second call does
-        nothing."""
-        if self._closed:
-            return
-        self._closed = True
+        ``Task.init``."""
         with self._silenced():
             self._task.close()
         for name, before in self._master_before.items():
@@ -262,9 +272,7 @@ class ClearmlMonitor:
 
     def _silenced(self) -> contextlib.AbstractContextManager[Any]:
         """``sys.stdout`` to nowhere inside the block when ``quiet``."""
-        if not self._quiet:
-            return contextlib.nullcontext()
-        return contextlib.redirect_stdout(io.StringIO())
+        return hidden(self._quiet, stdout=True)
 
 
 def _png(image: Image) -> io.BytesIO:
@@ -309,6 +317,19 @@ def _own_signal_handlers() -> Iterator[None]:
         for number, handler in saved.items():
             if handler is not None and signal.getsignal(number) is not handler:
                 signal.signal(number, handler)
+
+
+def _leave_inherited_task() -> None:
+    """In a writer process (``core_monitor.run.training_pid()`` is another process), drop the
+    ClearML variables inherited from the training process (``INHERITED_TASK_VARIABLES``): with
+    them ClearML would take the writer for a subprocess of the user's task (or of the task a
+    ``clearml-agent`` runs) and ``Task.init`` would return that task. In the training process
+    (``dispatch="thread"`` or ``"sync"``) nothing changes: those variables are the user's."""
+    if training_pid() == os.getpid():
+        return
+    for name in INHERITED_TASK_VARIABLES:
+        os.environ.pop(name, None)
+    _compat.forget_remote_task()
 
 
 @contextmanager

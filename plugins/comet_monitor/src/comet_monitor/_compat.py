@@ -27,8 +27,6 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from core_monitor.compat import require_sdk
-
 #: The comet_ml versions this plugin is tested with (``nox -s lowest`` runs the lowest,
 #: ``nox -s newest`` the newest on the index). The install requirement names only the lowest;
 #: outside this range the core warns once, and ``problems()`` decides whether the plugin runs.
@@ -69,10 +67,6 @@ _OFFLINE_KWARGS = ("project_name", "workspace", "offline_directory", "log_code",
 #: What ``checkpoint`` uses of an ``OfflineExperiment``: the folder its messages are streamed
 #: to (``tmpdir``), the writer of ``experiment.json`` into it, and the archive's file name.
 _CHECKPOINT_ATTRS = ("_write_experiment_meta_file", "_get_offline_archive_file_name")
-
-# The SDK is imported only when a backend is built, but must be there for the plugin to load.
-require_sdk("comet_ml", "comet-monitor")
-
 
 def import_comet() -> ModuleType:
     """``import comet_ml`` with ``IMPORT_ENV`` set first where the user has not set it.

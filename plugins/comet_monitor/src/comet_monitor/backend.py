@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from core_monitor import Capabilities, ConfigError, Event, RunInfo, hookimpl
 from core_monitor.events import rows_by_step
 from core_monitor.media import MediaItem
+from core_monitor.options import NonBlank
 from core_monitor.resume import NoRunToResume
 
 from . import _compat, media, output, reader
@@ -72,6 +73,11 @@ class CometMonitor:
             a live ``Experiment`` on Comet's server, with the API key from Comet's own
             configuration (``COMET_API_KEY`` or ``~/.comet.config``).
         project: Comet's project name; default ``run.project``.
+        comet_project: ``True``: without ``project``, the project Comet's own configuration
+            names (``COMET_PROJECT_NAME``, ``project_name`` in ``.comet.config``), else Comet's
+            default, as ``comet_ml.start(project=None)`` chooses it; the DeepSpeed integration
+            sets it for a ``comet`` section without ``project``, as DeepSpeed's own writer
+            leaves the project to Comet. ``False`` (default): ``run.project``.
         workspace: Comet's workspace; default Comet's own (the API key's default workspace).
         experiment_key: the experiment's key (32 to 50 letters and digits) instead of a
             random one, on rank 0 (other ranks' runs are experiments of their own). With
@@ -109,29 +115,22 @@ class CometMonitor:
         ``Monitor()`` before comet_ml is imported.
 
         Raises:
-            ConfigError: ``experiment_key`` is not 32 to 50 letters and digits, ``project``
-                or ``workspace`` is empty, or a tag is empty; the message names the option.
+            ConfigError: ``experiment_key`` is not 32 to 50 letters and digits (blank
+                ``project``, ``workspace`` and tags: refused by the core, from ``NonBlank``).
         """
         key = options.get("experiment_key")
         if key is not None and not EXPERIMENT_KEY.fullmatch(key):
             raise ConfigError(f"comet: option experiment_key={key!r} is not a Comet experiment "
                               "key: use 32 to 50 letters and digits, e.g. uuid.uuid4().hex")
-        for option in ("project", "workspace"):
-            if options.get(option) == "":
-                raise ConfigError(f"comet: option {option}='' must be a non-empty str or None")
-        if any(tag == "" for tag in options.get("tags", ())):
-            raise ConfigError("comet: option tags holds an empty tag; give non-empty strings")
 
-    @classmethod
-    def check_sdk(cls) -> list[str]:
-        """Import comet_ml (its import switches set first: ``_compat.IMPORT_ENV``) and return
-        what it lacks of what this plugin uses (``_compat.problems``); run by the core before
-        the first backend is built, and by ``monitors list --check``."""
+    @staticmethod
+    def check_sdk() -> list[str]:  # the core runs it (core_monitor.sdk): what the SDK lacks
         return _compat.problems()
 
-    def __init__(self, run: RunInfo, *, online: bool = False, project: str | None = None,
-                 workspace: str | None = None, experiment_key: str | None = None,
-                 tags: Sequence[str] = (), api_key: str | None = None,
+    def __init__(self, run: RunInfo, *, online: bool = False, project: NonBlank | None = None,
+                 comet_project: bool = False, workspace: NonBlank | None = None,
+                 experiment_key: str | None = None,
+                 tags: Sequence[NonBlank] = (), api_key: str | None = None,
                  quiet: bool = True) -> None:
         self.run = run
         self.online = online
@@ -143,7 +142,9 @@ class CometMonitor:
         self.resumed = continued is not None
         comet_ml = _compat.import_comet()
         settings: dict[str, Any] = {
-            **QUIET_EXPERIMENT, "project_name": project or run.project, "workspace": workspace,
+            **QUIET_EXPERIMENT, "workspace": workspace,
+            # None: Comet's own configuration decides (COMET_PROJECT_NAME, .comet.config)
+            "project_name": project or (None if comet_project else run.project),
         }
         with output.hidden(quiet), _compat.beside_current_experiment(comet_ml):
             if online:
@@ -167,7 +168,6 @@ class CometMonitor:
                 self._experiment.log_parameters(dict(run.config))
         #: The Comet experiment key.
         self.experiment_key: str = self._experiment.get_key()
-        self._closed = False
 
     @hookimpl
     def monitor_write(self, events: Sequence[Event]) -> None:
@@ -209,10 +209,7 @@ class CometMonitor:
 
     @hookimpl
     def monitor_close(self) -> None:
-        """End the experiment (offline: write its archive). A second call does nothing."""
-        if self._closed:
-            return
-        self._closed = True
+        """End the experiment (offline: write its archive)."""
         with output.hidden(self.quiet):
             self._experiment.end()
         if not self.online:  # Comet wrote the archive in place: move it over the checkpoint

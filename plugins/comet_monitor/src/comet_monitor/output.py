@@ -9,37 +9,15 @@ the INFO lines are hidden while the plugin's calls run, warnings and errors stil
 from __future__ import annotations
 
 import contextlib
-import logging
-import threading
-from collections.abc import Iterator
+
+from core_monitor.output import hidden as _hidden
 
 #: comet_ml's logger.
 LOGGER = "comet_ml"
 
-_lock = threading.Lock()
-_depth = 0  # hidden() blocks running now (several runs may start or end at once)
-_saved = logging.NOTSET
 
-
-@contextlib.contextmanager
-def hidden(quiet: bool) -> Iterator[None]:
+def hidden(quiet: bool) -> contextlib.AbstractContextManager[None]:
     """While the block runs (with ``quiet``), the ``comet_ml`` logger's level is WARNING, then
-    what it was. Process-wide: a Comet experiment of the script's own that logs INFO during the
-    block is quiet too."""
-    global _depth, _saved
-    if not quiet:
-        yield
-        return
-    with _lock:
-        if _depth == 0:
-            logger = logging.getLogger(LOGGER)
-            _saved = logger.level
-            logger.setLevel(logging.WARNING)
-        _depth += 1
-    try:
-        yield
-    finally:
-        with _lock:
-            _depth -= 1
-            if _depth == 0:
-                logging.getLogger(LOGGER).setLevel(_saved)
+    what it was (``core_monitor.output.hidden``). Process-wide: a Comet experiment of the
+    script's own that logs INFO during the block is quiet too."""
+    return _hidden(quiet, loggers=[LOGGER])

@@ -8,8 +8,8 @@ for ``hparams.yaml``, is imported when that file is written or read).
 from __future__ import annotations
 
 from .backend import CsvMonitor
-from .reader import read_config, read_config_in, read_rows, read_rows_in
-from .storage import read_status, run_dir
+from .reader import read_config, read_config_in, read_crash, read_rows, read_rows_in
+from .storage import run_dir
 
-__all__ = ["CsvMonitor", "read_config", "read_config_in", "read_rows", "read_rows_in",
-           "read_status", "run_dir"]
+__all__ = ["CsvMonitor", "read_config", "read_config_in", "read_crash", "read_rows",
+           "read_rows_in", "run_dir"]

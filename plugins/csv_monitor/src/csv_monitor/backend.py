@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import os
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
@@ -11,9 +13,9 @@ from core_monitor import Capabilities, ConfigError, Event, RunInfo, hookimpl
 from core_monitor.events import rows_by_step
 from core_monitor.resume import NoRunToResume
 
-from . import deepspeed_files, lightning_table
+from . import deepspeed_files, lightning_table, remote
 from .reader import layout_of, read_config_in, read_rows_in
-from .storage import read_status, run_dir, write_status
+from .storage import run_dir, status_of
 
 if TYPE_CHECKING:
     from core_monitor.hookspecs import Backend
@@ -39,18 +41,30 @@ class CsvMonitor:
             ``csv_monitor`` writes, ``<output_path>/<job_name>``
             (``core_monitor.integrations.deepspeed`` sets it). A rank above 0
             (``rank_zero_only=False``) adds ``rank<rank>``. Read it back with
-            ``read_rows_in(folder)``.
+            ``read_rows_in(folder)``. An fsspec URL (``s3://bucket/runs/exp/v0``,
+            ``memory://runs/v0``; Lightning layout only) is written through fsspec, as
+            Lightning's ``CSVLogger(save_dir=<URL>)`` writes (``remote``; ``fsspec`` and the
+            filesystem's package must be installed: ``csv-monitor[remote]``).
+        integer_tags: tags whose integral values the Lightning layout writes as integers
+            (``0``, not ``0.0``), a sequence of ``str``; default ``("epoch",)``: the column
+            Lightning's ``Trainer`` logs as a Python ``int``, which ``CSVLogger`` writes as
+            ``0`` (values reach backends as floats, so which were ints is known only by
+            name). A value that is not integral is written as a float all the same.
 
     Every run also has ``status``: ``running`` from the start, ``finished`` after
     ``monitor_close``, ``crashed: <reason>`` when the training process died without closing
     (``monitor_crash``). Media are not stored: the core skips them for this backend and says
     so once per kind. Resume (``run.resume``): ``"allow"``/``"must"`` append to the run's
-    files; ``last_step`` is the largest step they held.
+    files (this backend's, or a ``metrics.csv`` Lightning's ``CSVLogger`` left there);
+    ``last_step`` is the largest step they held. Without resume, a run already in the folder
+    in the Lightning layout is replaced as ``CSVLogger`` replaces it: a ``UserWarning``
+    naming the folder, then its ``metrics.csv`` deleted (so rows of two runs never mix).
 
     Raises:
         NoRunToResume: ``resume="must"`` and the run's folder has no run (nothing created).
-        ConfigError: the run's folder holds the other layout's files, or a run while
-            ``resume="never"`` (nothing already stored is ever deleted).
+        ConfigError: the run's folder holds the other layout's files, or a DeepSpeed-layout
+            run while ``resume="never"`` (DeepSpeed's ``csv_monitor`` would mix the two
+            runs' rows in each file).
         OSError: the run's folder cannot be created or written.
     """
 
@@ -70,21 +84,32 @@ class CsvMonitor:
         return []
 
     def __init__(self, run: RunInfo, *, layout: Literal["lightning", "deepspeed"] = "lightning",
-                 fsync: bool = True, run_dir: str | os.PathLike[str] | None = None) -> None:
-        self._folder = _folder(run, run_dir)
+                 fsync: bool = True, run_dir: str | os.PathLike[str] | None = None,
+                 integer_tags: Sequence[str] = ("epoch",)) -> None:
         self._layout = layout
         self._config = dict(run.config)
+        self._integers = frozenset(integer_tags)
+        self._closed = self._crashed = False
+        self._remote: remote.RemoteFolder | None = None
+        if run_dir is not None and remote.is_url(os.fspath(run_dir)):
+            self._start_remote(run, os.fspath(run_dir))
+            return
+        self._folder = _folder(run, run_dir)
         found, last = (False, None) if run.resume == "never" else _earlier(self._folder, layout)
         if not found and run.resume == "must":
             raise NoRunToResume(f"csv: no {layout} run in {str(self._folder)!r}")
         #: Whether an earlier run was continued; the largest step it held (``None``: none).
         self.resumed, self.last_step = found, last
-        if not self.resumed and read_status(self._folder) is not None:
+        if not self.resumed and layout == "lightning":
+            _check_layout(self._folder, layout)
+            _replace_earlier(self._folder)
+        elif not self.resumed and status_of(self._folder).read() is not None:
             raise ConfigError(f"csv: a run is already in {str(self._folder)!r} (resume="
                               f"{run.resume!r}); pass resume='allow' to append to it, or give "
-                              "another run name (Lightning's CSVLogger would delete it)")
+                              "another run name (DeepSpeed's csv_monitor would mix the rows "
+                              "of both runs in each file)")
         self._folder.mkdir(parents=True, exist_ok=True)
-        self._table: lightning_table.LightningTable | None = None
+        self._table: lightning_table.LightningTable | remote.RemoteTable | None = None
         self._files: deepspeed_files.PerTagFiles | None = None
         if layout == "lightning":
             self._table = lightning_table.LightningTable(self._folder, fsync=fsync)
@@ -93,8 +118,38 @@ class CsvMonitor:
         if self.resumed:
             self._config = {**read_config_in(self._folder), **self._config}
         self._write_config()
-        write_status(self._folder, "running")
-        self._closed = self._crashed = False
+        status_of(self._folder).running()
+
+    def _start_remote(self, run: RunInfo, url: str) -> None:
+        """The run in the remote folder ``url`` (plus ``rank<rank>`` above rank 0), Lightning
+        layout: as in a local folder, through ``remote.RemoteFolder``."""
+        if self._layout != "lightning":
+            raise ConfigError(f"csv: run_dir={url!r} is a URL, which only the lightning layout "
+                              "writes (DeepSpeed's csv_monitor writes local files); give a "
+                              "local run_dir or layout='lightning'")
+        folder = self._remote = remote.RemoteFolder(
+            url if run.rank == 0 else f"{url.rstrip('/')}/rank{run.rank}")
+        found = folder.exists(lightning_table.METRICS) or folder.read_status() is not None
+        if not found and run.resume == "must":
+            raise NoRunToResume(f"csv: no lightning run in {url!r}")
+        self.resumed = found and run.resume != "never"
+        self.last_step = None
+        if not self.resumed and not folder.is_empty():
+            warnings.warn(f"csv: experiment logs directory {folder.url!r} exists and is not "
+                          f"empty; its {lightning_table.METRICS} is deleted and this run "
+                          "written in its place, as Lightning's CSVLogger does. Pass "
+                          "resume='allow' to append to it instead, or give another run name "
+                          "to keep it", UserWarning, stacklevel=3)
+            folder.remove(lightning_table.METRICS)
+        folder.make()
+        self._table = remote.RemoteTable(folder)
+        self._files = None
+        if self.resumed:
+            rows = read_rows_in(folder.url)
+            self.last_step = max((step for _, step, _ in rows), default=None)
+            self._config = {**read_config_in(folder.url), **self._config}
+        self._write_config()
+        folder.write_status("running")
 
     @hookimpl
     def monitor_write(self, events: Sequence[Event]) -> None:
@@ -102,7 +157,8 @@ class CsvMonitor:
         layout: one ``step,value`` row per event in its tag's file."""
         if self._table is not None:
             for step, _, row in rows_by_step(events):
-                self._table.add(step, row)
+                self._table.add(step, {tag: _integral(value) if tag in self._integers
+                                       else value for tag, value in row.items()})
         elif self._files is not None:
             self._files.write(events)
 
@@ -123,25 +179,30 @@ class CsvMonitor:
     @hookimpl
     def monitor_crash(self, reason: str) -> None:
         """Mark the run ``crashed: <reason>`` in its ``status`` file (rows are flushed)."""
-        write_status(self._folder, f"crashed: {reason}")
+        self._write_status(f"crashed: {' '.join(reason.split())}")
         self._crashed = True  # close keeps the mark
 
     @hookimpl
     def monitor_close(self) -> None:
         """Write what is buffered, close the files, mark the run ``finished`` (unless it
-        crashed). A second call does nothing."""
-        if self._closed:
-            return
-        self._closed = True
+        crashed)."""
         if self._table is not None:
             self._table.save()
         elif self._files is not None:
             self._files.close()
         if not self._crashed:
-            write_status(self._folder, "finished")
+            self._write_status("finished")
+
+    def _write_status(self, text: str) -> None:
+        if self._remote is not None:
+            self._remote.write_status(text)
+        else:
+            status_of(self._folder).write(text)
 
     def _write_config(self) -> None:
-        if self._layout == "lightning":
+        if self._remote is not None:
+            remote.write_hparams(self._remote, self._config)
+        elif self._layout == "lightning":
             lightning_table.write_hparams(self._folder, self._config)
         else:
             deepspeed_files.write_config(self._folder, self._config)
@@ -162,18 +223,41 @@ def _folder(run: RunInfo, exact: str | os.PathLike[str] | None) -> Path:
     return folder if run.rank == 0 else folder / f"rank{run.rank}"
 
 
-def _earlier(folder: Path, layout: str) -> tuple[bool, int | None]:
-    """Whether ``folder`` holds a run in ``layout`` (its ``status`` file), and its largest
-    step (``None``: no rows).
+def _integral(value: float) -> float | int:
+    """``value`` as an ``int`` when it is a finite whole number (``0.0`` -> ``0``), else as is."""
+    return int(value) if math.isfinite(value) and value.is_integer() else value
 
-    Raises:
-        ConfigError: the folder holds the other layout's table.
-    """
+
+def _replace_earlier(folder: Path) -> None:
+    """What ``CSVLogger`` does with a run folder that is not empty (Lightning's
+    ``_ExperimentWriter._check_log_dir_exists``): warn, and delete its ``metrics.csv``."""
+    if not folder.is_dir() or not any(folder.iterdir()):
+        return
+    warnings.warn(f"csv: experiment logs directory {str(folder)!r} exists and is not empty; "
+                  f"its {lightning_table.METRICS} is deleted and this run written in its place, "
+                  "as Lightning's CSVLogger does. Pass resume='allow' to append to it instead, "
+                  "or give another run name to keep it", UserWarning, stacklevel=2)
+    (folder / lightning_table.METRICS).unlink(missing_ok=True)
+
+
+def _check_layout(folder: Path, layout: str) -> None:
+    """Raise ``ConfigError`` when ``folder`` holds a run in the other layout."""
     found = layout_of(folder)
     if found is not None and found != layout:
         raise ConfigError(f"csv: {str(folder)!r} holds a run in the {found} layout; pass "
                           f"layout={found!r} or another run name")
-    if read_status(folder) is None:
+
+
+def _earlier(folder: Path, layout: str) -> tuple[bool, int | None]:
+    """Whether ``folder`` holds a run in ``layout`` (its ``status`` file, or a ``metrics.csv``
+    that Lightning's ``CSVLogger`` wrote), and its largest step (``None``: no rows).
+
+    Raises:
+        ConfigError: the folder holds the other layout's table.
+    """
+    _check_layout(folder, layout)
+    if status_of(folder).read() is None and not (
+            layout == "lightning" and (folder / lightning_table.METRICS).is_file()):
         return False, None
 
     return True, max((step for _, step, _ in read_rows_in(folder)), default=None)

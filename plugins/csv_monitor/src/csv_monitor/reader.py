@@ -4,16 +4,18 @@ contract kit read through here; declared under ``experiment_monitor_readers``)."
 from __future__ import annotations
 
 import csv
+import io
 import json
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from core_monitor import RunInfo
 
-from . import deepspeed_files, lightning_table
-from .storage import run_dir
+from . import deepspeed_files, lightning_table, remote
+from .storage import run_dir, status_of
 
-__all__ = ["read_config", "read_config_in", "read_rows", "read_rows_in"]
+__all__ = ["read_config", "read_config_in", "read_crash", "read_rows", "read_rows_in"]
 
 
 def read_rows(run: RunInfo) -> list[tuple[str, int, float]]:
@@ -31,8 +33,15 @@ def read_rows(run: RunInfo) -> list[tuple[str, int, float]]:
     return read_rows_in(run_dir(run))
 
 
-def read_rows_in(folder: Path) -> list[tuple[str, int, float]]:
-    """``read_rows`` for the run in ``folder`` (e.g. one written with the ``run_dir`` option)."""
+def read_rows_in(folder: Path | str) -> list[tuple[str, int, float]]:
+    """``read_rows`` for the run in ``folder`` (e.g. one written with the ``run_dir`` option;
+    an fsspec URL is read through fsspec: Lightning layout)."""
+    if isinstance(folder, str) and remote.is_url(folder):
+        where = remote.RemoteFolder(folder)
+        if not where.exists(lightning_table.METRICS):
+            return []
+        return _rows_of(io.StringIO(where.read_text(lightning_table.METRICS), newline=""))
+    folder = Path(folder)
     if layout_of(folder) == "lightning":
         return _read_table(folder / lightning_table.METRICS)
     rows: list[tuple[str, int, float]] = []
@@ -50,9 +59,18 @@ def read_config(run: RunInfo) -> dict[str, Any]:
     return read_config_in(run_dir(run))
 
 
-def read_config_in(folder: Path) -> dict[str, Any]:
+def read_config_in(folder: Path | str) -> dict[str, Any]:
     """``read_config`` for the run in ``folder`` (e.g. one written with the ``run_dir``
-    option)."""
+    option; an fsspec URL is read through fsspec)."""
+    if isinstance(folder, str) and remote.is_url(folder):
+        where = remote.RemoteFolder(folder)
+        if not where.exists(lightning_table.HPARAMS):
+            return {}
+        import yaml
+
+        found: dict[str, Any] = yaml.safe_load(where.read_text(lightning_table.HPARAMS)) or {}
+        return found
+    folder = Path(folder)
     hparams = folder / lightning_table.HPARAMS
     if layout_of(folder) != "deepspeed" and hparams.exists():
         import yaml  # here: importing the plugin imports none of its requirements
@@ -78,12 +96,16 @@ def layout_of(folder: Path) -> str | None:
 
 
 def _read_table(path: Path) -> list[tuple[str, int, float]]:
-    rows: list[tuple[str, int, float]] = []
     with path.open(newline="", encoding="utf-8") as file:
-        for row in csv.DictReader(file):
-            step = int(row.pop("step"))
-            rows += [(lightning_table.column_tag(column), step, float(value))
-                     for column, value in row.items() if value != ""]
+        return _rows_of(file)
+
+
+def _rows_of(file: Iterable[str]) -> list[tuple[str, int, float]]:
+    rows: list[tuple[str, int, float]] = []
+    for row in csv.DictReader(file):
+        step = int(row.pop("step"))
+        rows += [(lightning_table.column_tag(column), step, float(value))
+                 for column, value in row.items() if value != ""]
     return rows
 
 
@@ -92,3 +114,9 @@ def _json_or_str(text: str) -> Any:
         return json.loads(text)
     except ValueError:
         return text
+
+
+def read_crash(run: RunInfo) -> str | None:
+    """Why the run ended by a crash (its ``status`` file's ``crashed: <reason>``); ``None``
+    when it did not (running, finished, or no run). Argument as for ``read_rows``."""
+    return status_of(run_dir(run)).crash()

@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 from core_monitor import RunInfo
+from core_monitor.status_file import StatusFile
 
 #: Where runs go when the user gives no ``log_dir`` (as Lightning's ``CSVLogger`` root).
 DEFAULT_DIR = Path("csv-runs")
@@ -23,16 +24,10 @@ def run_dir(run: RunInfo) -> Path:
     return Path(run.log_dir or DEFAULT_DIR).expanduser() / run.project / run.ranked_name
 
 
-def write_status(folder: Path, text: str) -> None:
-    """Replace ``<folder>/status`` with ``text`` (one line), durably (written, fsynced, then
-    renamed over the old one, so a reader sees the old or the new line, never half)."""
-    replace_durably(folder / STATUS, text + "\n")
-
-
-def read_status(folder: Path) -> str | None:
-    """The run's status line, or ``None`` when the run has none."""
-    path = folder / STATUS
-    return path.read_text(encoding="utf-8").strip() if path.exists() else None
+def status_of(folder: Path) -> StatusFile:
+    """The run's ``status`` file (``core_monitor.status_file``: ``running``, ``finished`` or
+    ``crashed: <reason>``)."""
+    return StatusFile(folder, STATUS)
 
 
 def replace_durably(path: Path, text: str) -> None:

@@ -7,8 +7,8 @@ imported when a backend is constructed or a run's config is read.
 
 from __future__ import annotations
 
-from .backend import DvcliveMonitor, status_of
-from .reader import read_config, read_rows
+from .backend import DvcliveMonitor
+from .reader import read_config, read_crash, read_rows
 from .storage import run_dir
 
-__all__ = ["DvcliveMonitor", "read_config", "read_rows", "run_dir", "status_of"]
+__all__ = ["DvcliveMonitor", "read_config", "read_crash", "read_rows", "run_dir"]

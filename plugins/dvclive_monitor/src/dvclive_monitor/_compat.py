@@ -10,7 +10,7 @@ runs a ``Live`` whose two private steps of ``__init__`` that do this, ``_init_dv
 ``_init_studio``, do nothing but set what the rest of ``Live`` reads. ``problems()`` checks
 that ``Live`` still has them and calls them from ``__init__``; the backend's ``check_sdk()``
 reports what is missing and the core turns it into a ``BackendLoadError`` naming the tested
-range (``core_monitor.compat``). Nothing here imports DVCLive at module import.
+range (``core_monitor.sdk``). Nothing here imports DVCLive at module import.
 """
 
 from __future__ import annotations

@@ -7,15 +7,15 @@ import warnings
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from core_monitor import Capabilities, ConfigError, Event, RunInfo, hookimpl
+from core_monitor import Capabilities, Event, RunInfo, hookimpl
 from core_monitor.resume import NoRunToResume
 
 from . import _compat
 from .reader import last_step
-from .storage import holds_run, metric_name, read_status, run_dir, write_status
+from .storage import holds_run, metric_name, run_dir, status_of
 
 if TYPE_CHECKING:
-    from core_monitor.hookspecs import Backend
+    pass
 
 
 class DvcliveMonitor:
@@ -48,15 +48,16 @@ class DvcliveMonitor:
 
     Resume (``run.resume``): ``"allow"``/``"must"`` continue the run in the folder with
     ``Live(resume=True)``: rows are appended to its TSV files, its params kept and merged;
-    ``last_step`` is the largest step they held.
+    ``last_step`` is the largest step they held. A run already in the folder with
+    ``resume="never"`` (a re-run of the same name) is replaced as ``dvclive.Live()`` replaces
+    it (its metrics, params and plots deleted), after a ``UserWarning`` naming the folder and
+    ``resume="allow"``.
 
     Args:
         run: the run (project, name, config, log_dir, rank) from the core.
 
     Raises:
         NoRunToResume: ``resume="must"`` and the folder holds no DVCLive run (nothing created).
-        ConfigError: the folder holds a run and ``resume="never"`` (``Live()`` would delete
-            it; nothing already stored is deleted: pass ``resume="allow"`` or another name).
         OSError: the run's folder cannot be created or written.
     """
 
@@ -70,15 +71,8 @@ class DvcliveMonitor:
         tested_sdk=_compat.TESTED,
     )
 
-    @classmethod
-    def check_sdk(cls) -> list[str]:
-        """What this DVCLive lacks of the internals the plugin uses (``_compat.problems``);
-        run by the core before the backend is first constructed and by ``monitors list
-        --check``.
-
-        Raises:
-            ImportError: DVCLive is not installed.
-        """
+    @staticmethod
+    def check_sdk() -> list[str]:  # the core runs it (core_monitor.sdk): what the SDK lacks
         return _compat.problems()
 
     def __init__(self, run: RunInfo) -> None:
@@ -86,10 +80,13 @@ class DvcliveMonitor:
         found = holds_run(self._folder)
         if run.resume == "must" and not found:
             raise NoRunToResume(f"dvclive: no run in {str(self._folder)!r}")
-        if run.resume == "never" and found:
-            raise ConfigError(f"dvclive: a run is already in {str(self._folder)!r} (resume="
-                              f"{run.resume!r}); pass resume='allow' to continue it, or give "
-                              "another run name (dvclive.Live() would delete it)")
+        if run.resume == "never" and found:  # Live(resume=False) deletes it: say so first
+            warnings.warn(f"dvclive: a run is already in {str(self._folder)!r}; dvclive.Live() "
+                          "deletes its metrics, params and plots and this run is written in "
+                          "its place (a re-run of the same name). Pass resume='allow' to "
+                          "continue it instead, or give another run name to keep it",
+                          UserWarning, stacklevel=2)
+            found = False
         #: Whether an earlier run was continued; the largest step it held (``None``: none).
         self.resumed = found
         self.last_step = last_step(self._folder) if found else None
@@ -97,9 +94,9 @@ class DvcliveMonitor:
                                         save_dvc_exp=False, dvcyaml=None, monitor_system=False)
         if run.config:
             self._live.log_params(dict(run.config))
-        write_status(self._folder, "running")
+        self._status = status_of(self._folder)
+        self._status.running()
         self._conflicts: set[str] = set()
-        self._closed = self._crashed = False
 
     @hookimpl
     def monitor_write(self, events: Sequence[Event]) -> None:
@@ -128,21 +125,16 @@ class DvcliveMonitor:
     @hookimpl
     def monitor_crash(self, reason: str) -> None:
         """Mark the run ``crashed: <reason>`` in its ``status`` file."""
-        write_status(self._folder, f"crashed: {reason}")
-        self._crashed = True  # close keeps the mark
+        self._status.crashed(reason)  # close keeps the mark
 
     @hookimpl
     def monitor_close(self) -> None:
         """Write ``metrics.json`` and mark the run ``finished`` (unless it crashed), as
         ``Live.end()`` would write it with ``save_dvc_exp=False`` and ``dvcyaml=None``
         (``end()`` itself also looks for DVC's signal files around the current folder).
-        A second call does nothing."""
-        if self._closed:
-            return
-        self._closed = True
+       """
         self._live.make_summary()
-        if not self._crashed:
-            write_status(self._folder, "finished")
+        self._status.finished()
 
     def _report_conflict(self, tag: str) -> None:
         if tag in self._conflicts:
@@ -153,12 +145,3 @@ class DvcliveMonitor:
                       "prefix of it (e.g. 'a' and 'a/b'); rename one to keep both in the summary",
                       RuntimeWarning, stacklevel=2)
 
-
-def status_of(run: RunInfo) -> str | None:
-    """The status line of ``run`` (``running``, ``finished``, ``crashed: <reason>``), or
-    ``None`` when it has none."""
-    return read_status(run_dir(run))
-
-
-if TYPE_CHECKING:  # a type checker proves the class has the shape core-monitor expects
-    _shape: type[Backend] = DvcliveMonitor

@@ -15,9 +15,9 @@ from typing import Any
 
 from core_monitor import RunInfo
 
-from .storage import METRICS_DIR, PARAMS_YAML, run_dir, tag_of
+from .storage import METRICS_DIR, PARAMS_YAML, run_dir, status_of, tag_of
 
-__all__ = ["read_config", "read_rows"]
+__all__ = ["read_config", "read_crash", "read_rows"]
 
 
 def read_rows(run: RunInfo) -> list[tuple[str, int, float]]:
@@ -64,3 +64,9 @@ def read_config(run: RunInfo) -> dict[str, Any]:
 def last_step(folder: Path) -> int | None:
     """The largest step of the run in ``folder``, ``None`` when it has no row."""
     return max((step for _, step, _ in read_rows_in(folder)), default=None)
+
+
+def read_crash(run: RunInfo) -> str | None:
+    """Why the run ended by a crash (its ``status`` file's ``crashed: <reason>``: DVCLive has
+    no run status); ``None`` when it did not. Argument as for ``read_rows``."""
+    return status_of(run_dir(run)).crash()

@@ -3,11 +3,11 @@ and the reader."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from urllib.parse import quote, unquote
 
 from core_monitor import RunInfo
+from core_monitor.status_file import StatusFile
 
 #: Where runs go when the user gives no ``log_dir`` (DVCLive's own default folder).
 DEFAULT_DIR = Path("dvclive")
@@ -47,19 +47,9 @@ def tag_of(name: str) -> str:
     return unquote(name[1:]) if name.startswith(ESCAPE) else name
 
 
-def write_status(folder: Path, text: str) -> None:
-    """Replace ``<folder>/status`` with ``text`` (one line) through a temporary file, so a
-    reader sees the old or the new line, never half."""
-    path = folder / STATUS
-    partial = path.with_name(STATUS + ".partial")
-    partial.write_text(text + "\n", encoding="utf-8")
-    os.replace(partial, path)
-
-
-def read_status(folder: Path) -> str | None:
-    """The run's status line, or ``None`` when the run has none."""
-    path = folder / STATUS
-    return path.read_text(encoding="utf-8").strip() if path.exists() else None
+def status_of(folder: Path) -> StatusFile:
+    """The run's ``status`` file beside DVCLive's (``core_monitor.status_file``)."""
+    return StatusFile(folder, STATUS)
 
 
 def holds_run(folder: Path) -> bool:

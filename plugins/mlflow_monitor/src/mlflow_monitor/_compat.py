@@ -24,8 +24,6 @@ from contextlib import contextmanager
 from types import ModuleType
 from typing import Any
 
-from core_monitor.compat import ensure_sdk, require_sdk
-
 #: The MLflow versions this plugin is tested with (``nox -s lowest`` runs the lowest,
 #: ``nox -s newest`` the newest on the index). The install requirement names only the lowest;
 #: outside this range the core warns once, and ``problems()`` decides whether the plugin runs.
@@ -75,10 +73,6 @@ class _ThreadOverride:
         return repr(self._variable)
 
 
-# The SDK is imported only when a backend is built, but must be there for the plugin to load.
-require_sdk("mlflow", "mlflow-monitor")
-
-
 def problems() -> list[str]:
     """Import MLflow; what it lacks of what this plugin uses (``[]``: nothing). Changes
     nothing (``check()`` installs the overrides)."""
@@ -118,7 +112,6 @@ def check() -> ModuleType:
     global _checked
     if _checked is not None:
         return _checked
-    ensure_sdk(__package__)
     import mlflow
     from mlflow.utils import rest_utils
 

@@ -6,14 +6,14 @@ never at import of this module.
 The class, by concern: the hooks; buffering rows (one MLflow metric point per scalar, its
 timestamp made strictly increasing per tag, sent in ``log_batch`` requests when the buffer
 holds ``batch_size`` rows or its oldest row is older than ``flush_secs``); and requests to
-MLflow and their failures (every request runs under ``_compat.request_limits``, the first
-failure raises ``MlflowDeliveryError`` once and stops all later sending, and whatever did not
-arrive is counted, ``undelivered``, ``undelivered_config``, ``undelivered_media``, and reported
-in one ``BackendWarning`` at close).
+MLflow, queued in order in an ``delivery.Outbox`` whose thread sends them, retrying with
+back-off while the server is unreachable (the hooks never wait on MLflow, but ``monitor_flush``
+and ``monitor_close`` for a bounded time).
 """
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 import warnings
@@ -25,6 +25,7 @@ from core_monitor.resume import NoRunToResume
 
 from . import _compat, output
 from . import options as _options
+from .delivery import Outbox, Request, transient
 from .media import MEDIA_KINDS, MediaWriter
 from .options import MAX_BATCH
 from .storage import (
@@ -35,6 +36,7 @@ from .storage import (
     MAX_VALUE_LENGTH,
     escape_key,
     local_store_uri,
+    media_key,
     param_value,
     sqlite_artifact_root,
 )
@@ -47,10 +49,17 @@ MAX_PARAMS_PER_REQUEST = 100
 
 
 class MlflowDeliveryError(ConnectionError):
-    """MLflow did not take a request of this backend (server down, hung or refusing it).
+    """MLflow has not taken requests of this backend: the server is unreachable (they are kept
+    and retried) or refused one (it is dropped and counted).
 
-    The backend stops sending for the rest of the run; see ``MlflowMonitor.undelivered``.
+    Attributes:
+        pending: what is kept, not yet taken by MLflow: ``{kind: count}`` (kinds: ``scalars``,
+            ``config``, ``media``, ``start``, ``crash``, ``end``).
     """
+
+    def __init__(self, message: str, pending: Mapping[str, int] | None = None) -> None:
+        super().__init__(message)
+        self.pending = dict(pending or {})
 
 
 class MlflowMonitor:
@@ -86,14 +95,27 @@ class MlflowMonitor:
     buffered row older than ``flush_secs``, at ``Monitor.flush()`` and at ``close()``. After
     ``Monitor.flush()`` every row is readable with ``MlflowClient.get_metric_history``.
 
-    Failures: when a request fails (after ``max_retries`` retries of ``request_timeout``
-    seconds each) the hook raises ``MlflowDeliveryError`` once (the core reports it once and
-    the other backends carry on) and the backend stops sending for the rest of the run:
-    scalars it could not deliver are counted in ``undelivered`` (media values in
-    ``undelivered_media``) and, at ``close()``, reported in one ``BackendWarning``. No hook
-    then blocks: ``close()`` returns at once. Otherwise
-    ``close()`` returns within the time of its requests, each bounded by
-    ``request_time_bound(request_timeout, max_retries)`` seconds (17 s by default).
+    A server that blinks (issue 41): every request (rows, config, media, the run's start,
+    its crash tag and its end) is queued in order and sent by one thread (``delivery.Outbox``);
+    ``monitor_write`` only queues, so ``log()`` never waits on the tracker. A request that
+    gets no answer (server down or restarting, its database down: no answer, a timeout, HTTP
+    408, 429 or 5xx) is kept and tried again after 0.5 s, then 1, 2, 4 ... seconds, at most
+    ``retry_max_delay`` apart (each attempt bounded by ``request_timeout`` and MLflow's own
+    ``max_retries``, not MLflow's four minutes), for as long as the run lasts: once the server
+    is back, every row lands at its step, in order, and the run ends as it would have. One
+    ``BackendWarning`` names the outage when it begins. A server that is down when the
+    monitor starts does not disable the backend: the run is created (or resumed) when the
+    server answers, before anything else is sent (``resumed``/``last_step`` then stay
+    ``False``/``None``). A request the server refuses (another HTTP 4xx) is dropped and
+    counted in ``undelivered*``; the next hook raises ``MlflowDeliveryError`` once for it.
+
+    ``monitor_flush`` waits for everything queued to be taken while MLflow takes requests; once
+    ``flush_wait`` seconds pass without one taken it raises ``MlflowDeliveryError`` naming what
+    is still kept (the core's cursor then does not advance past it); the rows stay queued.
+    ``monitor_close`` waits likewise, ``close_wait`` seconds without a request taken at most,
+    then stops sending and reports what MLflow never confirmed in one
+    ``BackendWarning`` (counted in ``undelivered``, ``undelivered_config``,
+    ``undelivered_media``); the run then stays ``RUNNING`` in MLflow.
 
     Args:
         run: the run (project, name, config, log_dir, rank) from the core.
@@ -111,8 +133,15 @@ class MlflowMonitor:
             k > 0 a new run ``<name>-rank<k>`` is created in the same experiment.
         request_timeout: seconds (> 0) each HTTP attempt waits to connect and for an answer
             (MLflow's own default: 120).
-        max_retries: retries (0..10) of a failed HTTP attempt (MLflow's own default: 7, about
-            four minutes with a server down).
+        max_retries: MLflow's own retries (0..10) of a failed HTTP attempt (MLflow's default:
+            7, about four minutes with a server down); the backend retries by itself anyway.
+        retry_max_delay: the longest wait in seconds (> 0) between two attempts of a request
+            the server did not answer: what was kept is sent at most this long after the
+            server is back.
+        flush_wait: seconds (>= 0) ``monitor_flush`` waits without MLflow taking a request
+            before it raises (a healthy server with a long backlog is waited for).
+        close_wait: seconds (>= 0) ``monitor_close`` waits without MLflow taking a request
+            before it gives up on what is queued.
         batch_size: metrics per ``log_batch`` request and buffer size (1..1000; 1000 is the
             server's limit).
         flush_secs: send the buffer at the next ``log`` once its oldest row is older than this
@@ -126,8 +155,8 @@ class MlflowMonitor:
             and values are checked before, at ``Monitor()`` (``check_options``).
         ImportError, core_monitor.BackendLoadError: MLflow is missing or of an unsupported
             version.
-        MlflowDeliveryError: the tracking store could not be reached to create the run
-            (the core reports it and carries on without this backend).
+        MlflowDeliveryError: the tracking store refused to create the run (an HTTP 4xx other
+            than 408 and 429); one that does not answer is tried again in the background.
     """
 
     #: What this backend stores and needs, read by the core and the contract kit.
@@ -159,10 +188,13 @@ class MlflowMonitor:
         tags: Mapping[str, Any] | None = None,
         run_id: str | None = None,
         request_timeout: float = 5.0,
-        max_retries: int = 2,
+        max_retries: int = 0,
         batch_size: int = MAX_BATCH,
         flush_secs: float = 5.0,
         quiet: bool = True,
+        retry_max_delay: float = 10.0,
+        flush_wait: float = 10.0,
+        close_wait: float = 10.0,
     ) -> None:
         self.quiet = quiet
         mlflow = _compat.check()
@@ -174,13 +206,14 @@ class MlflowMonitor:
         self.max_retries = max_retries
         self.batch_size = batch_size
         self.flush_secs = float(flush_secs)
+        self.flush_wait = float(flush_wait)
+        self.close_wait = float(close_wait)
         #: Scalars that did not reach MLflow (the server failed, or the tag is too long).
         self.undelivered = 0
         #: Config keys that did not reach MLflow.
         self.undelivered_config = 0
         #: Images and texts that did not reach MLflow.
         self.undelivered_media = 0
-        self._error: BaseException | None = None
         self._closed = False
         #: The status ``monitor_close`` ends the run with: ``"FINISHED"``, or ``"FAILED"``
         #: once ``monitor_crash`` ran.
@@ -206,24 +239,43 @@ class MlflowMonitor:
             self._client = mlflow.MlflowClient(tracking_uri=tracking_uri)
         #: The tracking URI in use (MLflow's resolution when none was given).
         self.tracking_uri = self._client.tracking_uri
-        with self._limits(), output.hidden(quiet):
-            try:
-                if resume != "never":
-                    run_id = self._earlier_run(experiment or run.project, resume)
-                self.run_id, self.experiment_id = self._start_run(
-                    experiment or run.project, _with_group(tags, run.group), run_id,
-                    sqlite_artifact_root(self.tracking_uri), resumed=self.resumed,
-                )
-            except NoRunToResume:
-                raise
-            except Exception as error:
+        #: The run's id and experiment's id; ``None`` until the server created the run.
+        self.run_id: str | None = None
+        self.experiment_id: str | None = None
+        self._media: MediaWriter | None = None
+        self._outbox = Outbox(self.tracking_uri, self.request_timeout, max_retries,
+                              float(retry_max_delay))
+
+        def start() -> None:
+            self._begin(experiment or run.project, _with_group(tags, run.group), run_id, resume)
+
+        try:
+            with self._limits():
+                start()
+        except NoRunToResume:
+            self._outbox.stop()
+            raise
+        except Exception as error:
+            if not transient(error):
+                self._outbox.stop()
                 raise MlflowDeliveryError(
-                    f"mlflow: could not start the run at {self.tracking_uri}: "
+                    f"mlflow: {self.tracking_uri} refused to start the run: "
                     f"{type(error).__name__}: {error}"
                 ) from error
-        self._media = MediaWriter(self._client, self.run_id)
+            self._outbox.put(Request(start, "start"))  # created once the server answers
         if run.config:
             self._send_config(run.config)
+
+    def _begin(self, experiment: str, tags: dict[str, Any], run_id: str | None,
+               resume: str) -> None:
+        """Create (or resume) the run; sets ``run_id`` and ``experiment_id``."""
+        with output.hidden(self.quiet):
+            if resume != "never" and run_id is None:
+                run_id = self._earlier_run(experiment, resume)
+            self.run_id, self.experiment_id = self._start_run(
+                experiment, tags, run_id, sqlite_artifact_root(self.tracking_uri),
+                resumed=self.resumed)
+        self._media = MediaWriter(self._client, self.run_id)
 
     def _earlier_run(self, experiment: str, resume: str) -> str | None:
         """The id of the newest run of this name in ``experiment`` (setting ``resumed`` and
@@ -249,61 +301,74 @@ class MlflowMonitor:
                              default=None)
         return runs[0].info.run_id
 
-    @classmethod
-    def check_sdk(cls) -> list[str]:
-        """Import MLflow; what it lacks of what the plugin uses (``[]``: nothing). The core
-        reports a problem as a ``BackendLoadError`` naming ``tested_sdk``.
-
-        Raises:
-            ImportError: MLflow is not installed.
-        """
+    @staticmethod
+    def check_sdk() -> list[str]:  # the core runs it (core_monitor.sdk): what the SDK lacks
         return _compat.problems()
 
     # Hooks -------------------------------------------------------------------------------------
 
     @hookimpl
     def monitor_write(self, events: Sequence[Event]) -> None:
-        """Buffer one MLflow metric point per event; send when a threshold is reached.
+        """Buffer one MLflow metric point per event; queue them for sending when a threshold
+        is reached (never waits on MLflow).
 
         Raises:
-            MlflowDeliveryError: sending failed (once per run; later rows are only counted).
+            MlflowDeliveryError: MLflow refused an earlier request (once per refusal).
             ValueError: a tag is longer than MLflow's 250-character key limit even after
                 escaping; the other events of the batch are kept.
         """
         with self._lock:
-            if self._error is not None or self._closed:
+            if self._closed:
                 self.undelivered += len(events)
                 return
             self._add_rows(events)
+            self._raise_refusal()
 
     # Optional: a core without media never calls it.
     @hookimpl(optionalhook=True)
     def monitor_write_media(self, items: Sequence[Any]) -> None:
-        """Store each image and text (``MediaItem``) at its step as run artifacts, now
-        (``media``: ``log_image``/``log_text``, one request or more per value, not buffered).
+        """Queue each image and text (``MediaItem``) to be stored at its step as run
+        artifacts (``media``: ``log_image``/``log_text``), behind the rows logged before.
 
         Raises:
-            MlflowDeliveryError: a request failed (once per run; the values of this call not
-                yet stored and all later ones are counted in ``undelivered_media``).
+            MlflowDeliveryError: MLflow refused an earlier request (once per refusal).
             ValueError: a tag is longer than ``storage.MAX_MEDIA_KEY`` characters once escaped;
                 the other values of the call are stored.
         """
         with self._lock:
-            if self._error is not None or self._closed:
+            if self._closed:
                 self.undelivered_media += len(items)
                 return
             self._send_media(items)
+            self._raise_refusal()
 
     @hookimpl
     def monitor_flush(self) -> None:
         """Send every buffered row; afterwards ``get_metric_history`` returns them all.
 
+        Waits while MLflow takes the queued requests, ``flush_wait`` seconds without one taken
+        at most.
+
         Raises:
-            MlflowDeliveryError: sending failed (the first time only).
+            MlflowDeliveryError: MLflow took no request for ``flush_wait`` seconds (its
+                ``pending`` names what is kept; it stays queued and is sent when the server
+                answers), or refused a request.
         """
         with self._lock:
-            if self._error is None and self._buffer:
+            if self._buffer:
                 self._send()
+            self._raise_refusal()
+        if not self._outbox.wait_empty(self.flush_wait):
+            pending = self._outbox.pending()
+            error = self._outbox.last_error
+            why = ("a request is still waiting for its answer" if error is None else
+                   f"last error: {type(error).__name__}: {error!s:.200}")
+            raise MlflowDeliveryError(
+                f"mlflow: backend 'mlflow' has {_counts(pending)} not yet taken by "
+                f"{self.tracking_uri}, which took none for {self.flush_wait:g} s (flush_wait); "
+                f"they are kept and sent when it answers ({why})", pending)
+        with self._lock:
+            self._raise_refusal()
 
     # Optional: a core without this hookspec (before log_config existed) just never calls it.
     @hookimpl(optionalhook=True)
@@ -328,49 +393,54 @@ class MlflowMonitor:
         (``mlflow_monitor.crash``) now, and have ``monitor_close`` (called next) end the run
         with status ``FAILED`` instead of ``FINISHED``.
 
-        Raises:
-            MlflowDeliveryError: the tag request failed (the first failure only; the run
-                then stays ``RUNNING`` in the store, as after any delivery failure).
+        The tag is queued behind everything logged before it.
         """
         with self._lock:
             if self._closed:
                 return
             self.end_status = "FAILED"
-            if self._error is None:
-                try:
-                    with self._limits():
-                        self._client.set_tag(self.run_id, CRASH_TAG, reason[:MAX_VALUE_LENGTH])
-                except Exception as error:
-                    self._fail(error, "tag the run as crashed")
+            if self._buffer:
+                self._send()
+            text = reason[:MAX_VALUE_LENGTH]
+            self._outbox.put(Request(
+                lambda: self._client.set_tag(self.run_id, CRASH_TAG, text), "crash"))
 
     @hookimpl
     def monitor_close(self) -> None:
         """Send what is buffered, end the run (status ``FINISHED``, or ``FAILED`` after
-        ``monitor_crash``) and report undelivered scalars.
+        ``monitor_crash``), waiting while MLflow takes requests (``close_wait`` seconds without
+        one taken at most); then stop sending and report, in one ``BackendWarning``, what
+        MLflow never took.
 
-        A second call does nothing. With the server already found down, returns at once.
-
-        Raises:
-            MlflowDeliveryError: the last send or ending the run failed (first failure only).
+        A second call does nothing.
         """
         with self._lock:
             if self._closed:
                 return
-            try:
-                if self._error is None and self._buffer:
-                    self._send()
-                self._finish_run()
-            finally:
-                self._closed = True
-                self._report()
+            self._closed = True
+            if self._buffer:
+                self._send()
+            status = self.end_status
+
+            def end() -> None:
+                with output.hidden(self.quiet):
+                    self._client.set_terminated(self.run_id, status=status)
+
+            self._outbox.put(Request(end, "end"))
+        self._outbox.wait_empty(self.close_wait)
+        left = self._outbox.stop()
+        with self._lock:
+            self.undelivered += left.get("scalars", 0)
+            self.undelivered_config += left.get("config", 0)
+            self.undelivered_media += left.get("media", 0)
+            self._report(left)
 
     # Buffering rows -----------------------------------------------------------------------------
 
     def _add_rows(self, events: Sequence[Event]) -> None:
-        """Buffer one metric point per event; send when a threshold is reached.
+        """Buffer one metric point per event; queue them when a threshold is reached.
 
         Raises:
-            MlflowDeliveryError: sending failed (``_send``).
             ValueError: a tag is too long once escaped; the other events are kept.
         """
         metric = self._Metric
@@ -449,22 +519,28 @@ class MlflowMonitor:
         return created.info.run_id, experiment_id
 
     def _send(self) -> None:
+        """Queue the buffered rows, ``batch_size`` metrics a request."""
         batch, self._buffer = self._buffer, []
-        sent = 0
-        try:
-            with self._limits():
-                for start in range(0, len(batch), self.batch_size):
-                    chunk = batch[start : start + self.batch_size]
-                    self._client.log_batch(self.run_id, metrics=chunk, synchronous=True)
-                    sent += len(chunk)
-        except Exception as error:
-            self.undelivered += len(batch) - sent
-            self._fail(error, f"send {len(batch) - sent} scalar(s)")
+        for start in range(0, len(batch), self.batch_size):
+            chunk = batch[start : start + self.batch_size]
+            self._outbox.put(Request(functools.partial(self._log_metrics, chunk), "scalars",
+                                     len(chunk)))
+
+    def _log_metrics(self, chunk: list[Any]) -> None:
+        self._client.log_batch(self.run_id, metrics=chunk, synchronous=True)
+
+    def _raise_refusal(self) -> None:
+        """Raise ``MlflowDeliveryError`` for a request MLflow refused (once each refusal)."""
+        error, self._outbox.refusal = self._outbox.refusal, None
+        if error is None:
+            return
+        refused = self._outbox.refused
+        raise MlflowDeliveryError(
+            f"mlflow: {self.tracking_uri} refused a request of run {self.run_id}: "
+            f"{type(error).__name__}: {error!s:.300}; refused so far: {_counts(refused)} "
+            "(not retried; later requests are sent)") from error
 
     def _send_config(self, config: Mapping[str, Any]) -> None:
-        if self._error is not None:
-            self.undelivered_config += len(config)
-            return
         params, tags, skipped = [], [], []
         for name, value in config.items():
             key = escape_key(str(name))
@@ -480,24 +556,12 @@ class MlflowMonitor:
                 else:
                     tags.append(self._RunTag(tag, text))
         entries = [*params, *tags]
-        sent = 0
-        try:
-            with self._limits():
-                for start in range(0, len(entries), MAX_PARAMS_PER_REQUEST):
-                    chunk = entries[start : start + MAX_PARAMS_PER_REQUEST]
-                    self._client.log_batch(
-                        self.run_id,
-                        params=[e for e in chunk if isinstance(e, self._Param)],
-                        tags=[e for e in chunk if isinstance(e, self._RunTag)],
-                        synchronous=True,
-                    )
-                    for entry in chunk:
-                        if isinstance(entry, self._Param):
-                            self._params[entry.key] = entry.value
-                    sent += len(chunk)
-        except Exception as error:
-            self.undelivered_config += len(entries) - sent
-            self._fail(error, f"store {len(entries) - sent} config key(s)")
+        for entry in params:  # as MLflow will have them once the requests are taken
+            self._params[entry.key] = entry.value
+        for start in range(0, len(entries), MAX_PARAMS_PER_REQUEST):
+            chunk = entries[start : start + MAX_PARAMS_PER_REQUEST]
+            self._outbox.put(Request(functools.partial(self._log_entries, chunk), "config",
+                                     len(chunk)))
         if skipped:
             self.undelivered_config += len(skipped)
             warnings.warn(
@@ -507,22 +571,26 @@ class MlflowMonitor:
                 BackendWarning,
                 stacklevel=2,
             )
+    def _log_entries(self, chunk: list[Any]) -> None:
+        self._client.log_batch(
+            self.run_id,
+            params=[e for e in chunk if isinstance(e, self._Param)],
+            tags=[e for e in chunk if isinstance(e, self._RunTag)],
+            synchronous=True,
+        )
+
     def _send_media(self, items: Sequence[Any]) -> None:
-        """Store each image and text now (``media.MediaWriter``), each under the limits.
+        """Queue each image and text (``media.MediaWriter``), one request each.
 
         Raises:
-            MlflowDeliveryError: a request failed (the rest of the call is undelivered).
-            ValueError: a tag is too long once escaped; the other values are stored.
+            ValueError: a tag is too long once escaped; the other values are queued.
         """
         too_long = []
-        for index, item in enumerate(items):
-            try:
-                with self._limits():
-                    if not self._media.write(item):
-                        too_long.append(item.tag)
-            except Exception as error:
-                self.undelivered_media += len(items) - index
-                self._fail(error, f"store {len(items) - index} media value(s)")
+        for item in items:
+            if len(media_key(item.tag)) > MAX_MEDIA_KEY:
+                too_long.append(item.tag)
+                continue
+            self._outbox.put(Request(functools.partial(self._write_media, item), "media"))
         if too_long:
             self.undelivered_media += len(too_long)
             raise ValueError(
@@ -532,41 +600,37 @@ class MlflowMonitor:
                 f"others were). Fix: use media tags of at most {MAX_MEDIA_KEY} characters"
             )
 
-    def _finish_run(self) -> None:
-        """End the run with ``end_status`` unless sending already failed
-        (``MlflowDeliveryError`` if it fails now)."""
-        if self._error is None:
-            try:
-                with self._limits(), output.hidden(self.quiet):
-                    self._client.set_terminated(self.run_id, status=self.end_status)
-            except Exception as error:
-                self._fail(error, "end the run")
+    def _write_media(self, item: Any) -> None:
+        assert self._media is not None  # the run exists: its start came first
+        self._media.write(item)
 
-    def _fail(self, error: BaseException, what: str) -> None:
-        self._error = error
-        # Nothing more is sent: rows still buffered (a config or media request failed) are
-        # undelivered too.
-        self.undelivered += len(self._buffer)
-        self._buffer = []
-        raise MlflowDeliveryError(
-            f"mlflow: could not {what} to {self.tracking_uri} (run {self.run_id}): "
-            f"{type(error).__name__}: {error}. Nothing more is sent for this run; scalars "
-            "and media logged from now on are counted in MlflowMonitor.undelivered and "
-            "undelivered_media"
-        ) from error
-
-    def _report(self) -> None:
-        if self.undelivered or self.undelivered_config or self.undelivered_media:
-            reason = (f"{type(self._error).__name__}: {self._error}" if self._error is not None
-                      else "tags longer than MLflow's key limit")
+    def _report(self, left: Mapping[str, int]) -> None:
+        """One ``BackendWarning`` for what never reached MLflow, if anything."""
+        refused = self._outbox.refused
+        self.undelivered += refused.get("scalars", 0)
+        self.undelivered_config += refused.get("config", 0)
+        self.undelivered_media += refused.get("media", 0)
+        if self.undelivered or self.undelivered_config or self.undelivered_media or left:
+            error = self._outbox.last_error or self._outbox.refusal
+            if left:
+                reason = (f"none taken for close_wait={self.close_wait:g} s, the run stays "
+                          f"RUNNING there ({_counts(left)} kept until then)")
+            else:
+                reason = "refused by the server, or tags longer than MLflow's key limit"
+            if error is not None:
+                reason += f"; last error: {type(error).__name__}: {error!s:.200}"
             warnings.warn(
                 f"mlflow: {self.undelivered} scalar(s), {self.undelivered_media} media value(s) "
                 f"and {self.undelivered_config} config key(s) of run {self.run.name!r} were not "
-                f"delivered to {self.tracking_uri} "
-                f"(run {self.run_id}): {reason:.300}",
+                f"delivered to {self.tracking_uri} (run {self.run_id}): {reason}",
                 BackendWarning,
                 stacklevel=2,
             )
+
+
+def _counts(counts: Mapping[str, int]) -> str:
+    """``{"scalars": 20, "end": 1}`` -> ``"20 scalars, 1 end"`` (``"nothing"`` when empty)."""
+    return ", ".join(f"{count} {kind}" for kind, count in counts.items()) or "nothing"
 
 
 if TYPE_CHECKING:  # a type checker proves the class has the shape core-monitor expects

@@ -27,7 +27,8 @@ def check_options(options: Mapping[str, Any]) -> None:
             values at most ``MAX_VALUE_LENGTH`` characters once ``str()``-ed;
             ``request_timeout``: seconds, a finite number > 0; ``max_retries``: ``int`` from 0
             to 10; ``batch_size``: ``int`` from 1 to ``MAX_BATCH``; ``flush_secs``: seconds, a
-            finite number >= 0.
+            finite number >= 0; ``retry_max_delay``, ``flush_wait``, ``close_wait``: seconds,
+            finite numbers > 0 (``retry_max_delay``) or >= 0.
 
     Raises:
         ConfigError: an option has a wrong type or value; the message names the option, the
@@ -36,7 +37,7 @@ def check_options(options: Mapping[str, Any]) -> None:
     tracking_uri, experiment, run_id, tags = (
         options.get(key) for key in ("tracking_uri", "experiment", "run_id", "tags"))
     request_timeout = options.get("request_timeout", 5.0)
-    max_retries = options.get("max_retries", 2)
+    max_retries = options.get("max_retries", 0)
     batch_size = options.get("batch_size", MAX_BATCH)
     flush_secs = options.get("flush_secs", 5.0)
     for option, value, example in (
@@ -82,8 +83,17 @@ def check_options(options: Mapping[str, Any]) -> None:
                 f"mlflow: option {option}={value!r} must be a number of seconds {bound}, "
                 f"e.g. {example}"
             )
+    for option, value, positive in (("retry_max_delay", options.get("retry_max_delay", 10.0), True),
+                                    ("flush_wait", options.get("flush_wait", 10.0), False),
+                                    ("close_wait", options.get("close_wait", 10.0), False)):
+        if (isinstance(value, bool) or not isinstance(value, (int, float))
+                or not math.isfinite(value) or value < 0 or (positive and value == 0)):
+            raise ConfigError(
+                f"mlflow: option {option}={value!r} must be a number of seconds "
+                f"{'> 0' if positive else '>= 0'}, e.g. {option}=10"
+            )
     for option, value, low, high, example in (
-        ("max_retries", max_retries, 0, 10, "max_retries=2"),
+        ("max_retries", max_retries, 0, 10, "max_retries=0"),
         ("batch_size", batch_size, 1, MAX_BATCH, "batch_size=1000"),
     ):
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:

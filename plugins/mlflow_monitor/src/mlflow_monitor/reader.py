@@ -20,6 +20,7 @@ from core_monitor.media import Image, Text
 from . import _compat
 from .storage import (
     CONFIG_TAG_PREFIX,
+    CRASH_TAG,
     IMAGE_DIR,
     TEXT_DIR,
     local_store_uri,
@@ -28,7 +29,7 @@ from .storage import (
     unescape_key,
 )
 
-__all__ = ["MAX_RETRIES", "REQUEST_TIMEOUT", "client_for", "find_run", "read_config",
+__all__ = ["MAX_RETRIES", "REQUEST_TIMEOUT", "client_for", "find_run", "read_config", "read_crash",
            "read_media", "read_rows"]
 
 #: Request limits of the readers' calls (see ``MlflowMonitor``'s options of the same names).
@@ -199,3 +200,14 @@ def read_media(
             else:
                 media.append((tag, step, Text(stored.read_bytes().decode("utf-8"))))
     return media
+
+
+def read_crash(run: RunInfo, *, tracking_uri: str | None = None,
+               experiment: str | None = None) -> str | None:
+    """Why the run ended by a crash: the tag ``storage.CRASH_TAG`` of a run whose status is
+    ``FAILED`` (``""`` for a failed run without it); ``None`` when the run did not fail.
+    Arguments and errors as for ``find_run``."""
+    found = find_run(run, tracking_uri=tracking_uri, experiment=experiment)
+    if found.info.status != "FAILED":
+        return None
+    return str(found.data.tags.get(CRASH_TAG, ""))

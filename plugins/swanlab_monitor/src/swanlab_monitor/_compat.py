@@ -13,7 +13,7 @@ with SwanLab's own ``DataStoreReader`` into its ``Record`` protobuf messages.
 
 ``problems()`` lists what this SwanLab lacks of that; the backend's ``check_sdk()`` reports it
 and the core turns it into a ``BackendLoadError`` naming the tested range
-(``core_monitor.compat``). Nothing here imports SwanLab at module import.
+(``core_monitor.sdk``). Nothing here imports SwanLab at module import.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from ._compat import read_records
 from .media import from_record
 from .storage import default_dir, swanlab_dir, tag_of
 
-__all__ = ["find_run_dir", "read_config", "read_finish", "read_media", "read_rows"]
+__all__ = ["find_run_dir", "read_config", "read_crash", "read_finish", "read_media", "read_rows"]
 
 
 def find_run_dir(run: RunInfo) -> Path:
@@ -104,3 +104,10 @@ def _record_file(run: RunInfo) -> Path:
     folder = find_run_dir(run)
     (file,) = folder.glob("run-*.swanlab")
     return file
+
+
+def read_crash(run: RunInfo) -> str | None:
+    """Why the run ended by a crash: the error text of a finish record whose state is
+    ``RUN_STATE_CRASHED``; ``None`` otherwise. Argument and errors as for ``read_rows``."""
+    finish = read_finish(run)
+    return finish[1] if finish is not None and finish[0] == "RUN_STATE_CRASHED" else None

@@ -5,7 +5,7 @@ writer PyTorch's ``SummaryWriter`` wraps; TensorBoard documents no public writer
 TensorFlow), builds HParams with ``tensorboard.plugins.hparams.summary_v2`` and reads back with
 ``EventAccumulator`` and the HParams plugin's ``metadata`` parser. ``problems()`` lists what
 this TensorBoard lacks of the shape the plugin relies on; ``sdk()`` has the core check it once
-(``core_monitor.compat.ensure_sdk``: a ``BackendLoadError`` naming the tested range). Nothing
+(``core_monitor.sdk``: a ``BackendLoadError`` naming the tested range). Nothing
 here imports TensorBoard at module import: importing ``tensorboard_monitor`` stays cheap on ranks
 that write nothing.
 
@@ -25,8 +25,6 @@ import struct
 import warnings
 from types import SimpleNamespace
 
-from core_monitor.compat import ensure_sdk, require_sdk
-
 #: The TensorBoard versions this plugin is tested with (``nox -s lowest`` runs the lowest,
 #: ``nox -s newest`` the newest on the index). The install requirement names only the lowest;
 #: outside this range the core warns once, and ``problems()`` decides whether the plugin runs.
@@ -36,10 +34,6 @@ _WRITER_ARGS = ("logdir", "max_queue_size", "flush_secs", "filename_suffix")
 _sdk: SimpleNamespace | None = None
 #: Where ``RecordWriter.write`` looks the checksum function up (imported by name, 2.21).
 _CRC_MODULE = "tensorboard.summary.writer.record_writer"
-
-
-# The SDK is imported only when a backend is built, but must be there for the plugin to load.
-require_sdk("tensorboard", "tensorboard-monitor")
 
 
 def problems() -> list[str]:
@@ -147,7 +141,6 @@ def sdk() -> SimpleNamespace:
     global _sdk
     if _sdk is not None:
         return _sdk
-    ensure_sdk(__package__)  # the core runs TensorBoardMonitor.check_sdk() once: problems()
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from tensorboard.compat.proto import event_pb2, summary_pb2
     from tensorboard.plugins.hparams import metadata, summary_v2

@@ -15,7 +15,7 @@ from core_monitor.media import MEDIA_KINDS, MediaItem
 from core_monitor.resume import NoRunToResume
 
 from . import _compat, media, reader
-from .storage import CRASH_TAG, event_folder, hparam_value
+from .storage import CRASH_TAG, event_files, event_folder, hparam_value, remove
 from .storage import run_dir as _run_dir
 
 if TYPE_CHECKING:
@@ -52,7 +52,13 @@ class TensorBoardMonitor:
     written and not warned about). ``last_step`` is the largest step stored before. A step
     logged again appears twice in the run: TensorBoard's scalar charts draw both points in
     file order (a line going back), ``read_rows`` returns both. ``"must"`` with no event file
-    raises ``NoRunToResume`` before any folder or file is created.
+    raises ``NoRunToResume`` before any folder or file is created. With ``"never"`` (the
+    default), event files already in ``<log_dir>/<project>/<name>`` (a re-run of the same name)
+    are deleted after a ``UserWarning`` naming the folder and ``resume="allow"``: the new run
+    never mixes its rows with the old one's (``TensorBoardLogger`` would add its file beside
+    them, and TensorBoard's UI show the old points up to the new run's first step). A folder
+    given exactly (``run_dir``) keeps ``SummaryWriter(log_dir=...)``'s meaning: a new event
+    file beside what is there (DeepSpeed's own writer may share it), nothing deleted.
 
     Args:
         run: the run (project, name, config, log_dir, rank) from the core.
@@ -68,7 +74,10 @@ class TensorBoardMonitor:
             ``SummaryWriter(log_dir=...)``'s meaning, and where DeepSpeed's own writer puts a
             run (``<output_path>/<job_name>``, see ``from_deepspeed``). A rank above 0
             (``rank_zero_only=False``) adds ``rank<rank>``. Read it back with
-            ``read_rows(run, run_dir=...)``.
+            ``read_rows(run, run_dir=...)``. An fsspec URL (``s3://bucket/runs/r``,
+            ``memory://runs/r``) is written through TensorBoard's own file layer, which uses
+            fsspec for it, as ``TensorBoardLogger(save_dir=<URL>)`` writes there (``fsspec``
+            and the filesystem's package must be installed).
         quiet: accepted as by every first-party backend (``False`` shows the SDK's own
             output); TensorBoard's writer prints nothing either way.
 
@@ -120,14 +129,8 @@ class TensorBoardMonitor:
         """
         _check_options(options)
 
-    @classmethod
-    def check_sdk(cls) -> list[str]:
-        """Import TensorBoard; what it lacks of what the plugin uses (``[]``: nothing). The
-        core reports a problem as a ``BackendLoadError`` naming ``tested_sdk``.
-
-        Raises:
-            ImportError: TensorBoard is not installed.
-        """
+    @staticmethod
+    def check_sdk() -> list[str]:  # the core runs it (core_monitor.sdk): what the SDK lacks
         return _compat.problems()
 
     def __init__(
@@ -146,6 +149,8 @@ class TensorBoardMonitor:
         sdk = _compat.sdk()
         #: Whether an earlier run was continued; the largest step it held (``None``: none).
         self.resumed, self.last_step = _earlier_run(run, folder, run_dir)
+        if not self.resumed and run_dir is None:  # the run-named folder: one run in it
+            _replace_earlier(folder)
         self.run = run
         #: The folder this run's event file is in (absolute).
         self.log_dir = folder
@@ -264,12 +269,27 @@ class TensorBoardMonitor:
             self._writer.close()
 
 
+def _replace_earlier(folder: Any) -> None:
+    """A run already in ``folder`` and no resume (a re-run of the same name): warn, then delete
+    its event files, so that the new run's rows never mix with the old ones (TensorBoard's UI
+    would show the union, cut at the new run's first step)."""
+    earlier = event_files(folder)
+    if not earlier:
+        return
+    warnings.warn(f"tensorboard: a run is already in {str(folder)!r}; its {len(earlier)} event "
+                  "file(s) are deleted and this run written in its place (a re-run of the same "
+                  "name). Pass resume='allow' to continue it instead, or give another run name "
+                  "to keep it", UserWarning, stacklevel=3)
+    for path in earlier:
+        remove(path)
+
+
 def _earlier_run(run: RunInfo, folder: Any, run_dir: Any) -> tuple[bool, int | None]:
     """``(resumed, last_step)`` for ``run.resume``; raise ``NoRunToResume`` for ``"must"``
     when the folder holds no event file (nothing is created before)."""
     if run.resume == "never":
         return False, None
-    if folder.is_dir() and any(folder.glob("*tfevents*")):
+    if event_files(folder):
         return True, reader.last_step(run, run_dir=run_dir)
     if run.resume == "must":
         raise NoRunToResume(f"no TensorBoard event file in {str(folder)!r}")

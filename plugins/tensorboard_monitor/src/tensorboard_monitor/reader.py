@@ -11,9 +11,9 @@ from core_monitor import RunInfo
 from core_monitor.media import Histogram, Image, Text
 
 from . import _compat
-from .storage import event_folder, run_dir
+from .storage import CRASH_TAG, event_folder, is_folder, run_dir
 
-__all__ = ["last_step", "read_config", "read_media", "read_rows"]
+__all__ = ["last_step", "read_config", "read_crash", "read_media", "read_rows"]
 
 #: ``EventAccumulator`` keeps 4 images and 1 histogram per tag by default: keep all (0).
 MEDIA_SIZE_GUIDANCE = {"scalars": 0, "images": 0, "histograms": 0, "tensors": 0}
@@ -145,6 +145,15 @@ def _accumulator(run: RunInfo, size_guidance: dict[str, int] | None,
                  exact: str | os.PathLike[str] | None = None) -> Any:
     folder = (event_folder(exact, rank=run.rank) if exact is not None
               else run_dir(run.project, run.name, run.log_dir, rank=run.rank))
-    if not folder.is_dir():
+    if not is_folder(folder):
         raise FileNotFoundError(f"no TensorBoard run folder at {str(folder)!r}")
     return _compat.sdk().EventAccumulator(str(folder), size_guidance=size_guidance).Reload()
+
+
+def read_crash(run: RunInfo, *, run_dir: str | os.PathLike[str] | None = None) -> str | None:
+    """Why the run ended by a crash: the text summary ``storage.CRASH_TAG`` that
+    ``monitor_crash`` wrote (an event file has no run status); ``None`` when there is none.
+    Arguments as for ``read_media``."""
+    marks = [value.text for tag, _, value in read_media(run, run_dir=run_dir)
+             if tag == CRASH_TAG and isinstance(value, Text)]
+    return marks[-1] if marks else None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -44,10 +45,17 @@ def run_dir(
     return folder.absolute()
 
 
-def event_folder(run_folder: str | os.PathLike[str], *, rank: int = 0) -> Path:
+#: A folder given as a URL (fsspec's ``protocol://path``: ``s3://``, ``gs://``, ``memory://``).
+URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def event_folder(run_folder: str | os.PathLike[str], *, rank: int = 0) -> Path | str:
     """The folder a run given as an exact folder (the ``run_dir`` option) writes to, as an
     absolute path: ``run_folder`` itself (relative to the current directory), and
-    ``run_folder/rank<rank>`` for a rank above 0, as ``run_dir`` adds it.
+    ``run_folder/rank<rank>`` for a rank above 0, as ``run_dir`` adds it. A URL
+    (``s3://bucket/runs/r``, ``memory://runs/r``) is returned as a ``str``: TensorBoard's own
+    file layer (``tensorboard.compat.tf.io.gfile``) writes and reads it through fsspec, as
+    ``TensorBoardLogger(save_dir=<URL>)`` writes there.
 
     Raises:
         ConfigError: ``run_folder`` is empty or holds a NUL.
@@ -58,8 +66,42 @@ def event_folder(run_folder: str | os.PathLike[str], *, rank: int = 0) -> Path:
             f"tensorboard: option run_dir={run_folder!r} must be a non-empty folder path, e.g. "
             "run_dir='runs/baseline'"
         )
+    if URL.match(text):
+        return f"{text.rstrip('/')}/rank{rank}" if rank > 0 else text.rstrip("/")
     folder = Path(text).expanduser()
     return (folder / f"rank{rank}" if rank > 0 else folder).absolute()
+
+
+def event_files(folder: Path | str) -> list[str]:
+    """The event files directly in ``folder`` (local or a URL); ``[]`` when it is no folder."""
+    if isinstance(folder, Path):
+        return [str(p) for p in folder.glob("*tfevents*") if p.is_file()] if folder.is_dir() \
+            else []
+    from tensorboard.compat import tf  # TensorBoard's file layer: fsspec for a URL
+
+    gfile = tf.io.gfile
+    return list(gfile.glob(f"{folder}/*tfevents*")) if gfile.isdir(folder) else []
+
+
+def is_folder(folder: Path | str) -> bool:
+    """Whether ``folder`` (local or a URL) is an existing folder."""
+    if isinstance(folder, Path):
+        return folder.is_dir()
+    from tensorboard.compat import tf
+
+    return bool(tf.io.gfile.isdir(folder))
+
+
+def remove(file: str) -> None:
+    """Delete one event file (local, or a URL through fsspec, which TensorBoard's file layer
+    uses for URLs and which has no delete of its own)."""
+    if URL.match(file):
+        import fsspec
+
+        filesystem, path = fsspec.core.url_to_fs(file)
+        filesystem.rm_file(path)
+    else:
+        Path(file).unlink(missing_ok=True)
 
 
 def _components(label: str, value: str) -> list[str]:

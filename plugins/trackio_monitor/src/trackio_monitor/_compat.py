@@ -4,7 +4,7 @@ Trackio's public API (``trackio.init``/``log``/``finish``) works on one process-
 and folder, which a library must not take over, so the plugin drives ``trackio.run.Run`` itself.
 ``problems()`` lists what this Trackio lacks of the internals relied on; the backend's
 ``check_sdk()`` reports it and the core turns it into a ``BackendLoadError`` naming the tested
-range (``core_monitor.compat``). Nothing here imports Trackio at module import.
+range (``core_monitor.sdk``). Nothing here imports Trackio at module import.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import contextlib
 import contextvars
 import functools
 import inspect
-import io
 import json
 import sys
 import warnings
@@ -23,7 +22,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from core_monitor.compat import require_sdk
+from core_monitor.output import hidden
 
 #: The Trackio versions this plugin is tested with (``nox -s lowest`` runs the lowest,
 #: ``nox -s newest`` the newest on the index). The install requirement names only the lowest;
@@ -39,10 +38,6 @@ _RUN_ARGS = ("url", "project", "client", "name", "run_id", "group", "config", "e
              "auto_log_gpu", "auto_log_cpu")
 _RUN_MEMBERS = ("_get_username", "_flush_queues_inline", "alert", "finish", "log")
 _RUN_STATE = ("_client_lock", "_config_logged", "_stop_flag", "config", "id", "name", "project")
-
-
-# The SDK is imported only when a backend is built, but must be there for the plugin to load.
-require_sdk("trackio", "trackio-monitor")
 
 
 def problems() -> list[str]:
@@ -182,10 +177,7 @@ def log_renaming(log: Any, row: dict[str, float], step: int) -> None:
 def stdout_hidden(hide: bool) -> Iterator[None]:
     """Hide Trackio's ``print`` lines (it has no verbosity switch). ``sys.stdout`` is swapped
     process-wide for the duration, so other threads' prints in that window are hidden too."""
-    if not hide:
-        yield
-        return
-    with contextlib.redirect_stdout(io.StringIO()):
+    with hidden(hide, stdout=True):
         yield
 
 

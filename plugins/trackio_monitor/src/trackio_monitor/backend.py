@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from core_monitor import Capabilities, ConfigError, Event, RunInfo, hookimpl
-from core_monitor.compat import sdk_error
 from core_monitor.events import rows_by_step
 from core_monitor.media import MEDIA_KINDS
 from core_monitor.resume import NoRunToResume
+from core_monitor.sdk import sdk_error
 
 from . import _compat, folder, media
 from . import options as _options
@@ -84,14 +84,8 @@ class TrackioMonitor:
         core before Trackio is imported (see ``options.check_options``)."""
         _options.check_options(options)
 
-    @classmethod
-    def check_sdk(cls) -> list[str]:
-        """Import Trackio; what it lacks of the internals the plugin uses (``[]``: nothing).
-        The core reports a problem as a ``BackendLoadError`` naming ``tested_sdk``.
-
-        Raises:
-            ImportError: Trackio is not installed.
-        """
+    @staticmethod
+    def check_sdk() -> list[str]:  # the core runs it (core_monitor.sdk): what the SDK lacks
         return _compat.problems()
 
     def __init__(

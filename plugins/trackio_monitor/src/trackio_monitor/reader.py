@@ -22,6 +22,7 @@ from core_monitor.media import Histogram, Image, Text
 from . import _compat
 from .folder import trackio_dir
 from .storage import (
+    CRASH_ALERT_TITLE,
     MEDIA_SUBDIR,
     MEDIA_TYPES,
     database,
@@ -30,7 +31,8 @@ from .storage import (
     original_tag,
 )
 
-__all__ = ["count_rows", "earlier_run", "read_alerts", "read_config", "read_media", "read_rows"]
+__all__ = ["count_rows", "earlier_run", "read_alerts", "read_config", "read_crash", "read_media",
+           "read_rows"]
 
 
 def read_rows(run: RunInfo) -> list[tuple[str, int, float]]:
@@ -219,3 +221,12 @@ def _stored_rows(run: RunInfo) -> Iterator[tuple[int, dict[str, Any]]]:
         if isinstance(step, bytes):  # a numpy integer step, stored by SQLite as a BLOB
             step = int.from_bytes(step, sys.byteorder, signed=True)
         yield step, deserialize(json.loads(blob))
+
+
+def read_crash(run: RunInfo) -> str | None:
+    """Why the run ended by a crash: the text of the ``error`` alert titled
+    ``storage.CRASH_ALERT_TITLE`` that ``monitor_crash`` raised (Trackio has no run status);
+    ``None`` when there is none. Argument as for ``read_rows``."""
+    marks = [text or "" for level, title, text, _ in read_alerts(run)
+             if level == "error" and title == CRASH_ALERT_TITLE]
+    return marks[-1] if marks else None

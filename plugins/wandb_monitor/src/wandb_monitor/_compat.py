@@ -8,7 +8,7 @@ offline run back: wandb writes no history JSON offline and ships no Python reade
 ``read_records`` decodes the ``.wandb`` transaction log (LevelDB-log framing: 32 KiB blocks,
 CRC-32 per chunk) into wandb's own ``Record`` protobuf messages. ``problems()`` lists what this
 wandb lacks of the shape relied on; the backend's ``check_sdk()`` reports it and the core turns
-it into a ``BackendLoadError`` naming the tested range (``core_monitor.compat``). Nothing here
+it into a ``BackendLoadError`` naming the tested range (``core_monitor.sdk``). Nothing here
 imports wandb at module import.
 """
 
@@ -24,8 +24,6 @@ import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-from core_monitor.compat import require_sdk
 
 #: The wandb versions this plugin is tested with (``nox -s lowest`` runs the lowest,
 #: ``nox -s newest`` the newest on the index). The install requirement names only the lowest;
@@ -46,10 +44,6 @@ _RECORD_FIELDS = ("history", "run", "config", "exit", "metric")
 #: threads of "the process"; wandb's default: the process that calls ``wandb.init``). In a
 #: writer process the backend sets it to the training process (``core_monitor.run.training_pid``).
 STATS_PID = "x_stats_pid"
-
-# The SDK is imported only when a backend is built, but must be there for the plugin to load.
-require_sdk("wandb", "wandb-monitor")
-
 
 def _record_class() -> Any:
     """wandb's ``Record`` protobuf message class. wandb builds its message classes when

@@ -137,14 +137,8 @@ class WandbMonitor:
         """
         _check_options(options)
 
-    @classmethod
-    def check_sdk(cls) -> list[str]:
-        """Import wandb; what it lacks of the internals the plugin uses (``[]``: nothing).
-        The core reports a problem as a ``BackendLoadError`` naming ``tested_sdk``.
-
-        Raises:
-            ImportError: wandb is not installed.
-        """
+    @staticmethod
+    def check_sdk() -> list[str]:  # the core runs it (core_monitor.sdk): what the SDK lacks
         return _compat.problems()
 
     def __init__(

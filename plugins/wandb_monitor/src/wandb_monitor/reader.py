@@ -18,17 +18,8 @@ from core_monitor.media import Histogram, Image, Text
 from ._compat import read_records
 from .storage import DEFAULT_STEP_METRIC, is_own_key, unescaped
 
-__all__ = [
-    "earlier_run",
-    "find_run_dirs",
-    "history",
-    "next_wandb_step",
-    "read_config",
-    "read_exit_code",
-    "read_media",
-    "read_rows",
-    "run_folders",
-]
+__all__ = ["earlier_run", "find_run_dirs", "history", "next_wandb_step", "read_config",
+           "read_crash", "read_exit_code", "read_media", "read_rows", "run_folders"]
 
 
 def find_run_dirs(
@@ -289,3 +280,11 @@ def _as_float(value_json: str) -> float | None:
     if isinstance(value, str):  # only those tokens: any other str is a Text value
         return float(value) if value in _NON_FINITE else None
     return value if isinstance(value, float) else None
+
+
+def read_crash(run: RunInfo) -> str | None:
+    """``""`` when the run finished with a non-zero exit code (a crash: wandb shows it as
+    failed; its exit record keeps no reason, so the text is empty), ``None`` when it exited
+    with 0 or has no exit record. Argument and errors as for ``read_exit_code``."""
+    code = read_exit_code(run)
+    return None if code in (None, 0) else ""

@@ -1,0 +1,96 @@
+"""The run journal with real backends: the whole job (trainer and writers) SIGKILLed mid-run,
+then ``monitors sync``, every backend's own storage read back."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from collections import Counter
+
+import pytest
+from trackers import READERS
+
+from core_monitor import RunInfo
+from core_monitor import journal as J
+from core_monitor.cli import main as monitors
+from core_monitor.syncing import sync_journal
+
+pytestmark = [pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals"),
+              pytest.mark.process]
+
+#: Fast to start, each with a reader of its own storage.
+SYNCED = [name for name in ("trackio", "tensorboard", "csv", "mlflow", "wandb")
+          if name in READERS]
+STEPS, TAGS, FLUSHED = 120, 10, 60
+
+JOB = """
+import json, os, signal, sys
+from core_monitor import Monitor
+backends = json.loads(sys.argv[2])
+monitor = Monitor(backends, project="jr", name="job", log_dir=sys.argv[1],
+                  wait="faulty" not in backends,
+                  wandb={"mode": "offline"} if "wandb" in backends else {},
+                  **({"faulty": {"start_delay": 600.0}} if "faulty" in backends else {}))
+for step in range(int(sys.argv[3])):
+    monitor.log({f"m{i}": step + i / 8 for i in range(10)}, step=step)
+    if step == int(sys.argv[4]) - 1:
+        monitor.flush()
+print("logged", flush=True)
+# Slurm's KillWait over: SIGKILL to every process of the job (the cgroup), the writers (each
+# in a session of its own, with what its SDK started) and the trainer
+import subprocess
+listing = subprocess.run(["ps", "-A", "-o", "pid=,ppid="], capture_output=True, text=True,
+                         check=True).stdout.split()
+for pid, ppid in zip(listing[::2], listing[1::2]):
+    if int(ppid) == os.getpid() and int(pid) != os.getpid():
+        try:
+            os.killpg(int(pid), signal.SIGKILL)
+        except OSError:
+            pass
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def kill_job(tmp_path, backends, steps=STEPS, flushed=FLUSHED):
+    result = subprocess.run(
+        [sys.executable, "-c", JOB, str(tmp_path), json.dumps(backends), str(steps),
+         str(flushed)], capture_output=True, text=True, timeout=600, start_new_session=True)
+    assert result.returncode == -signal.SIGKILL and "logged" in result.stdout, result.stderr
+    return tmp_path / ".journal" / "jr" / "job"
+
+
+def test_sync_after_a_job_wide_sigkill_stores_every_returned_call(tmp_path):
+    folder = kill_job(tmp_path, SYNCED)
+    cursors = {name: J.read_cursor(folder, name) for name in SYNCED}
+    assert all(cursor >= 1 + FLUSHED for cursor in cursors.values()), cursors
+    report = sync_journal(folder)
+    assert report.complete, report.failed
+    # the killed writers had stored calls past their cursor: found, not delivered again
+    assert sum(report.skipped.values()) > 0, report
+    run = RunInfo(project="jr", name="job", log_dir=tmp_path)
+    expected = {(f"m{i}", step) for step in range(STEPS) for i in range(TAGS)}
+    stored = {}
+    for name in SYNCED:
+        rows = Counter((tag, step) for tag, step, _ in READERS[name](run))
+        stored[name] = rows
+        # every call whose log() returned, once: those the killed writers had stored after
+        # the last flush are read back from the backend's storage and skipped
+        assert rows == Counter(expected), (name, rows - Counter(expected))
+    assert J.journal_left(folder, SYNCED) == {}
+    assert monitors(["sync", str(folder), "--quiet"]) == 0  # idempotent
+    for name in SYNCED:
+        assert Counter((t, s) for t, s, _ in READERS[name](run)) == stored[name], name
+
+
+def test_a_writer_that_had_not_started_gets_everything_from_sync(tmp_path):
+    # Aim's case from issue 41: its writer still importing when the job was killed.
+    folder = kill_job(tmp_path, ["csv", "faulty"], steps=30, flushed=0)
+    assert J.read_cursor(folder, "faulty") == 0
+    assert monitors(["sync", str(folder), "--quiet", "--to", "faulty",
+                     "--to-option", "start_delay=0"]) == 0
+    from faulty_monitor import read_steps
+
+    run = RunInfo(project="jr", name="job", log_dir=tmp_path)
+    assert Counter(read_steps(run)) == Counter({s: TAGS for s in range(30)})
