@@ -129,6 +129,37 @@ def test_the_archive_holds_what_comets_own_offline_experiment_writes(tmp_path):
     assert read_config(monitor.run) == {**CONFIG, **LATE}
 
 
+@pytest.mark.parametrize("users_first", [True, False], ids=["users-first", "plugins-first"])
+def test_the_users_own_experiment_in_the_same_process_keeps_what_it_logged(tmp_path,
+                                                                          users_first):
+    """comet_ml ends its current experiment whenever another starts: the plugin's experiment
+    (in the training process: dispatch "sync") neither ends the user's own nor becomes the
+    current one, started before or after it; both archives hold their metrics."""
+    import comet_ml
+
+    def users_experiment():
+        return comet_ml.OfflineExperiment(project_name="mine", offline_directory=str(
+            tmp_path / "mine"), **QUIET_EXPERIMENT)
+
+    experiment = users_experiment() if users_first else None
+    monitor = Monitor(["comet"], project="side", name="run1", log_dir=tmp_path / "ours",
+                      dispatch="sync")
+    if experiment is None:
+        experiment = users_experiment()
+    assert comet_ml.get_global_experiment() is experiment
+    experiment.log_metrics({"mine": 1.5}, step=4)
+    monitor.log({"loss": 0.5}, step=3)
+    monitor.close()
+    assert comet_ml.get_global_experiment() is experiment
+    experiment.end()
+
+    (theirs,) = read_archives_in(tmp_path / "mine")
+    assert [(m["metric"]["metricName"], m["metric"]["step"]) for m in
+            payloads(theirs, "metric_msg") if m["metric"]["metricName"] == "mine"] == [
+        ("mine", 4)]
+    assert read_rows(monitor.run) == [("loss", 3, 0.5)]
+
+
 def test_300_steps_of_10_tags_are_read_back_exactly_from_the_archive(tmp_path):
     logged = []
     with Monitor(["comet"], project="long", name="r", log_dir=tmp_path) as monitor:

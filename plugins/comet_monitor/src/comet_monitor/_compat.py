@@ -21,6 +21,8 @@ import os
 import time
 import uuid
 import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -101,6 +103,9 @@ def problems() -> list[str]:
         from comet_ml.config import config_constants
     except ImportError:
         return [*found, "no comet_ml.config.config_constants (the offline archive's names)"]
+    found += [f"no comet_ml.config.{name}() (the process's current experiment)"
+              for name in ("get_global_experiment", "set_global_experiment")
+              if not callable(getattr(comet_ml.config, name, None))]
     for name, want in (("OFFLINE_EXPERIMENT_JSON_FILE_NAME", EXPERIMENT_FILE),
                        ("OFFLINE_EXPERIMENT_MESSAGES_JSON_FILE_NAME", MESSAGES_FILE)):
         if getattr(config_constants, name, None) != want:
@@ -177,3 +182,25 @@ def checkpoint(experiment: Any, path: Path, timeout: float = FLUSH_TIMEOUT) -> N
     with open(partial, "rb") as file:
         os.fsync(file.fileno())
     os.replace(partial, path)
+
+
+@contextmanager
+def beside_current_experiment(comet_ml: ModuleType) -> Iterator[None]:
+    """Create an experiment inside the block without ending the process's current one.
+
+    comet_ml keeps one current ("global") experiment per process, and every new experiment
+    ends the current one (``BaseExperiment.__init__`` calls its ``_on_end``) and takes its
+    place. So the plugin's experiment would end a user's own in the same process
+    (``comet_ml.start()``, accelerate's ``CometMLTracker``, the Trainer's ``CometCallback``,
+    whose archive then lacks what was logged to it), and a user's experiment started later
+    would end the plugin's. The current experiment is set aside for the block and put back
+    after it (``comet_ml.config.get_global_experiment``/``set_global_experiment``), so the
+    plugin's experiment is never the current one and the user's stays it.
+    """
+    config = comet_ml.config
+    current = config.get_global_experiment()
+    config.set_global_experiment(None)
+    try:
+        yield
+    finally:
+        config.set_global_experiment(current)

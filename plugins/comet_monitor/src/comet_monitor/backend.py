@@ -146,7 +146,7 @@ class CometMonitor:
             # None: Comet's own configuration decides (COMET_PROJECT_NAME, .comet.config)
             "project_name": project or (None if comet_project else run.project),
         }
-        with output.hidden(quiet):
+        with output.hidden(quiet), _compat.beside_current_experiment(comet_ml):
             if online:
                 kind = comet_ml.ExistingExperiment if continued else comet_ml.Experiment
                 if api_key is not None:
