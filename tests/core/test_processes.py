@@ -570,7 +570,7 @@ def test_a_backend_failing_to_start_is_one_line_and_its_traceback_only_at_debug(
 def test_a_writer_stopped_while_finishing_its_run_says_nothing_was_lost(make, caplog):
     """A forgotten ``close()`` closes at exit within a deadline; an SDK slow to finish its run
     (SwanLab's) is stopped then, after writing every call: that is no loss."""
-    monitor = make(dispatch="process", faulty={"close_delay": 60.0})
+    monitor = make(dispatch="process", faulty={"finish_delay": 60.0})
     for step in range(20):
         monitor.log({"x": float(step)}, step=step)
     monitor.flush()

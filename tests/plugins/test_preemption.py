@@ -142,9 +142,14 @@ def test_sigterm_to_the_job_loses_no_row(tmp_path, delivery, payload):
     assert_crash_marks(run, reason)
 
 
-def test_sigterm_to_one_writer_drains_it(tmp_path):
+@pytest.mark.parametrize("journal", [True, False])
+def test_sigterm_to_one_writer_drains_it(tmp_path, journal):
+    """SIGTERM to one writer alone: it writes everything, marks the run and ends. With the
+    run journal (the default) the monitor starts it again at its cursor at the next call
+    (docs/operations/journal.md, a writer that dies), so the call after the signal is stored
+    too; without one the backend stays stopped and that call is counted as not delivered."""
     monitor = Monitor(["faulty", "jsonl"], project="p", name="r", log_dir=tmp_path,
-                      dispatch="process")
+                      dispatch="process", journal=journal)
     for step in range(STEPS):
         monitor.log({"loss": float(step)}, step=step)
     writer = next(w for w in monitor._dispatch.writers if w.name == "faulty")
@@ -152,14 +157,28 @@ def test_sigterm_to_one_writer_drains_it(tmp_path):
     # It waits TERM_SECONDS for this process to close the monitor, then ends by itself.
     writer.process.wait(timeout=TERM_SECONDS + 60)
     assert writer.process.returncode == 0
+    with writer.changed:  # the monitor's reply thread has seen its end (it reads on)
+        assert writer.changed.wait_for(lambda: writer.ended, timeout=60)
     with pytest.warns(BackendWarning, match=r"'faulty' failed .*WriterDied.*SIGTERM"):
         monitor.log({"loss": -1.0}, step=STEPS)
-    with pytest.warns(BackendWarning, match=r"'faulty': 1 call\(s\) were not delivered"):
+    if journal:
         monitor.close()
-    assert monitor.undelivered == {"faulty": 1}  # the call after it ended, exactly
-    assert read_steps(monitor.run) == list(range(STEPS))
-    calls = read_calls(monitor.run)
-    assert [hook for hook, _ in calls] == ["start", "flush", "crash", "close"]
+        assert monitor.undelivered == {}
+        assert monitor._dispatch.restarts == {"faulty": 1}
+        # every call exactly once: the new writer started at the cursor the drain left
+        assert read_steps(monitor.run) == [*range(STEPS), STEPS]
+        calls = read_calls(monitor.run)
+        hooks = [hook for hook, _ in calls]
+        assert hooks[:5] == ["start", "flush", "crash", "close", "start"], hooks
+        assert hooks[-1] == "close" and hooks.count("crash") == 1
+        assert calls[0][1] != calls[4][1]  # another writer process
+    else:
+        with pytest.warns(BackendWarning, match=r"'faulty': 1 call\(s\) were not delivered"):
+            monitor.close()
+        assert monitor.undelivered == {"faulty": 1}  # the call after it ended, exactly
+        assert read_steps(monitor.run) == list(range(STEPS))
+        calls = read_calls(monitor.run)
+        assert [hook for hook, _ in calls] == ["start", "flush", "crash", "close"]
     assert "received SIGTERM" in calls[2][1]
     # The other writer never got the signal: it got every call, the last one too.
     assert jsonl_monitor.read_rows(monitor.run) == [
