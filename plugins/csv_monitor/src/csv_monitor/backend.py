@@ -15,7 +15,7 @@ from core_monitor.resume import NoRunToResume
 
 from . import deepspeed_files, lightning_table, remote
 from .reader import layout_of, read_config_in, read_rows_in
-from .storage import run_dir, status_of
+from .storage import STATUS, run_dir, status_of
 
 if TYPE_CHECKING:
     from core_monitor.hookspecs import Backend
@@ -230,8 +230,11 @@ def _integral(value: float) -> float | int:
 
 def _replace_earlier(folder: Path) -> None:
     """What ``CSVLogger`` does with a run folder that is not empty (Lightning's
-    ``_ExperimentWriter._check_log_dir_exists``): warn, and delete its ``metrics.csv``."""
-    if not folder.is_dir() or not any(folder.iterdir()):
+    ``_ExperimentWriter._check_log_dir_exists``): warn, and delete its ``metrics.csv``. Only a
+    run's own files count (``metrics.csv``, ``hparams.yaml``, ``status``): other backends
+    (DVCLive) keep theirs in the same ``<log_dir>/<project>/<run name>`` folder."""
+    own = (lightning_table.METRICS, lightning_table.HPARAMS, STATUS)
+    if not any((folder / name).exists() for name in own):
         return
     warnings.warn(f"csv: experiment logs directory {str(folder)!r} exists and is not empty; "
                   f"its {lightning_table.METRICS} is deleted and this run written in its place, "
