@@ -44,27 +44,6 @@ VALUES = {"total_loss": 0.1, "iteration": 1, "my_text": "some_value"}
 NUMBERS = [("iteration", 0, 1.0), ("total_loss", 0, 0.1)]
 
 
-@pytest.fixture
-def work_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The current folder: a fresh one under ``tmp_path`` (the SDKs write there too)."""
-    folder = tmp_path / "work"
-    folder.mkdir()
-    monkeypatch.chdir(folder)
-    return folder
-
-
-@pytest.fixture
-def dvc_work_dir(work_dir: Path) -> Path:
-    """``work_dir`` holding a DVC repository without Git (``dvc init --no-scm``): DVCLive's
-    ``Live()`` takes the nearest one, and without it runs ``dvc init`` in the Git checkout
-    around the test's temporary folder when there is one (``nox`` keeps it under ``.nox/``)
-    and saves a DVC experiment there (a Git commit) at ``end()``."""
-    from dvc.repo import Repo
-
-    Repo.init(str(work_dir), no_scm=True).close()
-    return work_dir
-
-
 def ours(log_dir: Path, backend: str, name: str = "ours") -> MonitorTracker:
     return MonitorTracker([backend], run_name=name, log_dir=log_dir)
 

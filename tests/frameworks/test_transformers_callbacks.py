@@ -38,26 +38,6 @@ END_VALUES = ("train_runtime", "train_samples_per_second", "train_steps_per_seco
               "train_loss", "total_flos")
 
 
-@pytest.fixture
-def work_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    folder = tmp_path / "work"
-    folder.mkdir()
-    monkeypatch.chdir(folder)
-    return folder
-
-
-@pytest.fixture
-def dvc_work_dir(work_dir: Path) -> Path:
-    """``work_dir`` holding a DVC repository without Git (``dvc init --no-scm``): DVCLive's
-    ``Live()`` takes the nearest one, and without it runs ``dvc init`` in the Git checkout
-    around the test's temporary folder when there is one (``nox`` keeps it under ``.nox/``)
-    and saves a DVC experiment there (a Git commit) at ``end()``."""
-    from dvc.repo import Repo
-
-    Repo.init(str(work_dir), no_scm=True).close()
-    return work_dir
-
-
 def builtin_callback(trainer, name: str) -> Any:
     (found,) = [cb for cb in trainer.callback_handler.callbacks if type(cb).__name__ == name]
     return found
