@@ -18,6 +18,21 @@ from collections.abc import Mapping
 from pathlib import Path
 
 MARK = "@@MODULES@@"
+#: The end of a script that SIGKILLs its whole job at once, as Slurm does after ``KillWait``
+#: (the cgroup): each child's process group (writers run in sessions of their own, with what
+#: their SDKs started), then the script itself. Needs ``os`` and ``signal`` imported.
+KILL_THE_JOB = """
+import subprocess
+listing = subprocess.run(["ps", "-A", "-o", "pid=,ppid="], capture_output=True, text=True,
+                         check=True).stdout.split()
+for pid, ppid in zip(listing[::2], listing[1::2]):
+    if int(ppid) == os.getpid() and int(pid) != os.getpid():
+        try:
+            os.killpg(int(pid), signal.SIGKILL)
+        except OSError:
+            pass
+os.kill(os.getpid(), signal.SIGKILL)
+"""
 
 
 def run_python(

@@ -14,6 +14,7 @@ import warnings
 
 import pytest
 from faulty_monitor import read_calls, read_steps
+from interpreter import KILL_THE_JOB
 from jsonl_monitor import read_rows
 
 from core_monitor import BackendWarning, ConfigError, ConfigWarning, Monitor, RunInfo
@@ -186,17 +187,7 @@ for step in range(100):
     if step == 49:
         monitor.flush()
 print("logged", flush=True)
-import subprocess  # the job: its writers (sessions of their own) and the trainer at once
-listing = subprocess.run(["ps", "-A", "-o", "pid=,ppid="], capture_output=True, text=True,
-                         check=True).stdout.split()
-for pid, ppid in zip(listing[::2], listing[1::2]):
-    if int(ppid) == os.getpid() and int(pid) != os.getpid():
-        try:
-            os.killpg(int(pid), signal.SIGKILL)
-        except OSError:
-            pass
-os.kill(os.getpid(), signal.SIGKILL)
-"""
+""" + KILL_THE_JOB
 
 
 @pytest.mark.parametrize("dispatch", ["process", "thread"])

@@ -10,6 +10,7 @@ import sys
 from collections import Counter
 
 import pytest
+from interpreter import KILL_THE_JOB
 from trackers import READERS
 
 from core_monitor import RunInfo
@@ -40,19 +41,8 @@ for step in range(int(sys.argv[3])):
 if sys.argv[5] == "flush":  # every call stored, each cursor at the end
     monitor.flush()
 print("logged", flush=True)
-# Slurm's KillWait over: SIGKILL to every process of the job (the cgroup), the writers (each
-# in a session of its own, with what its SDK started) and the trainer
-import subprocess
-listing = subprocess.run(["ps", "-A", "-o", "pid=,ppid="], capture_output=True, text=True,
-                         check=True).stdout.split()
-for pid, ppid in zip(listing[::2], listing[1::2]):
-    if int(ppid) == os.getpid() and int(pid) != os.getpid():
-        try:
-            os.killpg(int(pid), signal.SIGKILL)
-        except OSError:
-            pass
-os.kill(os.getpid(), signal.SIGKILL)
-"""
+# Slurm's KillWait over: SIGKILL to every process of the job (KILL_THE_JOB)
+""" + KILL_THE_JOB
 
 
 def kill_job(tmp_path, backends, steps=STEPS, flushed=FLUSHED, final_flush=False):
