@@ -7,6 +7,8 @@ import contextlib
 import functools
 import math
 import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -196,3 +198,54 @@ def test_the_aim_internals_used_are_there() -> None:
 
     assert aim_monitor._compat.problems() == []
     assert Capabilities.of(AimMonitor).sdk == "aim"
+
+
+HOLD_THE_INDEX = """
+import sys, time
+from aim.sdk.repo import Repo
+repo = Repo(sys.argv[1])
+index = repo._get_index_container("meta", timeout=0)  # open for writing: RocksDB LOCK
+print("held", flush=True)
+time.sleep(float(sys.argv[2]))
+open(sys.argv[1] + "/released", "w").close()
+index.close()
+time.sleep(60)
+"""
+
+
+def _hold_the_index(repo: str, seconds: float) -> subprocess.Popen[str]:
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_THE_INDEX, repo, str(seconds)],
+                              stdout=subprocess.PIPE, text=True)
+    assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+    return holder
+
+
+def test_a_read_waits_while_another_process_indexes(tmp_path: Path, repo: str) -> None:
+    """The index is one RocksDB database one process at a time opens for writing, and Aim
+    opens it with no wait: a read while the writer indexed its closed run failed at once
+    (``RocksIOError: While lock file``). A read now waits for the other process."""
+    with Monitor(["aim"], project="p", name="r", log_dir=tmp_path) as monitor:
+        monitor.log({"loss": 1.0}, step=7)
+    holder = _hold_the_index(repo, 1.5)
+    try:
+        assert read_rows(monitor.run) == [("loss", 7, 1.0)]
+        assert Path(repo, "released").exists()  # the read ended after the holder let go
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_a_read_past_the_index_wait_raises(tmp_path: Path, repo: str,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    import aimrocks.errors
+
+    with Monitor(["aim"], project="p", name="r", log_dir=tmp_path) as monitor:
+        monitor.log({"loss": 1.0}, step=7)
+    monkeypatch.setattr(aim_monitor._compat, "INDEX_LOCK_WAIT", 0.3)
+    holder = _hold_the_index(repo, 60)
+    try:
+        with pytest.raises(aimrocks.errors.RocksIOError, match="lock file"):
+            read_rows(monitor.run)
+    finally:
+        holder.kill()
+        holder.wait()

@@ -13,6 +13,7 @@ reading process and for its own run at close: ``RepoIndexManager(repo).index(run
 from __future__ import annotations
 
 import inspect
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -45,19 +46,44 @@ def problems() -> list[str]:
     return found
 
 
+#: How long ``index_runs`` waits for another process's hold on the index (seconds). The
+#: index is one RocksDB database that one process at a time may open for writing, and Aim
+#: (3.29) opens it with no wait (``Repo._get_index_tree('meta', 0)``): a reader indexing while
+#: a writer indexes its closed run, or while ``aim up`` runs, would otherwise fail at once.
+#: Aim's own container lock waits 10 s by default; so does this.
+INDEX_LOCK_WAIT = 10.0
+
+
 def index_runs(path: str, run_hashes: Sequence[str] | None = None) -> None:
     """Index runs of the Aim repository at ``path`` as ``aim up`` does, so that
     ``aim.Repo(path)`` queries see runs written by the SDK alone (finished
     or still being written). The backend indexes its run once closed, so a finished run is
-    seen by ``aim.Repo`` with no ``aim up`` or ``aim storage reindex``.
+    seen by ``aim.Repo`` with no ``aim up`` or ``aim storage reindex``. When another process
+    holds the index (a writer indexing its run, ``aim up``), this waits for it, up to
+    ``INDEX_LOCK_WAIT`` seconds.
 
     Args:
         path: the repository's folder (the one holding ``.aim``).
         run_hashes: the runs to index; ``None``: every run of the repository.
 
     Raises:
-        aimrocks.errors.RocksIOError: the repository cannot be read.
+        aimrocks.errors.RocksIOError: the repository cannot be read, or another process held
+            its index for longer than ``INDEX_LOCK_WAIT`` seconds.
     """
+    import aimrocks.errors
+
+    deadline = time.monotonic() + INDEX_LOCK_WAIT
+    while True:
+        try:
+            _index_once(path, run_hashes)
+            return
+        except aimrocks.errors.RocksIOError as error:
+            if "lock file" not in str(error) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+def _index_once(path: str, run_hashes: Sequence[str] | None) -> None:
     from aim import Repo
     from aim.sdk.index_manager import RepoIndexManager
 
