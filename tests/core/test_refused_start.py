@@ -6,6 +6,7 @@ the earlier run instead, as Lightning's CSVLogger does), and a ``log_dir`` that 
 
 from __future__ import annotations
 
+import re
 import threading
 import warnings
 from collections.abc import Callable
@@ -43,15 +44,16 @@ def returns_within(call: Callable[[], Any], seconds: float = HANG_SECONDS) -> An
     return outcome.get("value")
 
 
-#: csv's DeepSpeed layout refuses a run name already used (it would mix both runs' rows in
-#: each per-tag file); its Lightning layout replaces the earlier run with a warning instead.
+#: csv refuses to start in a run folder that holds a run in its other layout (it would mix
+#: the two layouts' files); a run of the same layout is replaced with a warning instead.
 REFUSING = {"layout": "deepspeed"}
+REFUSAL = "csv: .* holds a run in the lightning layout"
 
 
 def csv_run_used(tmp_path: Any) -> None:
-    """A first run ``r`` of project ``p`` under ``tmp_path``, finished: the name is taken."""
-    with Monitor(["csv"], project="p", name="r", log_dir=tmp_path, dispatch="sync",
-                 csv=REFUSING) as first:
+    """A first run ``r`` of project ``p`` under ``tmp_path`` in the Lightning layout,
+    finished: ``REFUSING`` cannot start there."""
+    with Monitor(["csv"], project="p", name="r", log_dir=tmp_path, dispatch="sync") as first:
         first.log({"x": 1.0}, step=0)
 
 
@@ -72,7 +74,7 @@ def test_csv_refusing_a_used_run_name_in_its_writer_lets_flush_and_close_return(
         log_steps(monitor, 0)
         returns_within(monitor.close)
     refusals = [str(w.message) for w in seen if issubclass(w.category, BackendWarning)]
-    assert any("'csv' failed in start: ConfigError: csv: a run is already in" in text
+    assert any(re.search(f"'csv' failed in start: ConfigError: {REFUSAL}", text)
                for text in refusals), refusals
     assert [step for _, step, _ in read_rows(monitor.run)] == list(range(5))
     # The first run is untouched: one row, step 0.
@@ -95,7 +97,7 @@ def test_a_refused_start_lets_a_flush_with_a_timeout_return_without_raising(tmp_
 @pytest.mark.parametrize("dispatch", ["thread", "sync"])
 def test_csv_refusing_a_used_run_name_in_this_process_raises_at_monitor(tmp_path, dispatch):
     csv_run_used(tmp_path)
-    with pytest.raises(ConfigError, match="csv: a run is already in"):
+    with pytest.raises(ConfigError, match=REFUSAL):
         returns_within(lambda: Monitor(["csv", "jsonl"], project="p", name="r",
                                        log_dir=tmp_path, dispatch=dispatch, csv=REFUSING))
 

@@ -200,17 +200,25 @@ def test_a_second_run_of_the_same_name_replaces_the_first_with_a_warning_as_csvl
     assert (tmp_path / "p" / "r" / "metrics.csv").read_bytes() == b"loss,step\r\n0.5,0\r\n"
 
 
-def test_a_second_deepspeed_layout_run_of_the_same_name_is_refused(tmp_path):
+def test_a_second_deepspeed_layout_run_of_the_same_name_replaces_the_first(tmp_path):
     """DeepSpeed's ``csv_monitor`` appends to each tag's file (a second header row among the
-    rows): refused, naming resume='allow'; nothing deleted."""
+    rows); the one rule for a run that is a folder is ``CSVLogger``'s: a warning naming the
+    folder and ``resume='allow'``, then the earlier run's tag files deleted, so no tag of the
+    first run is read back with the second; other files in the folder are kept."""
     options = {"layout": "deepspeed"}
     with Monitor(["csv"], project="p", name="r", log_dir=tmp_path, dispatch="sync",
-                 csv=options) as first:
-        first.log({"loss": 1.0}, step=1)
-    with pytest.raises(ConfigError, match="resume='allow' to append"):
-        Monitor(["csv"], project="p", name="r", log_dir=tmp_path, dispatch="sync",
-                strict=True, csv=options)
-    assert read_rows(first.run) == [("loss", 1, 1.0)]
+                 csv=options, config={"a": 1}) as first:
+        first.log({"loss": 1.0, "Train/lr": 0.1}, step=1)
+    (tmp_path / "p" / "r" / "notes.txt").write_text("mine")
+    with pytest.warns(UserWarning, match=r"'.*r' exists and is not empty.*resume='allow'"):
+        second = Monitor(["csv"], project="p", name="r", log_dir=tmp_path, dispatch="sync",
+                         strict=True, csv=options)
+    with second:
+        second.log({"loss": 0.5}, step=0)
+    assert read_rows(second.run) == [("loss", 0, 0.5)]
+    assert read_config(second.run) == {}
+    assert sorted(p.name for p in (tmp_path / "p" / "r").iterdir()) == [
+        "deepspeed_config.csv", "loss.csv", "notes.txt", "status", "tags.json"]
 
 
 def test_epoch_is_written_as_an_integer_as_csvlogger_writes_it(tmp_path):

@@ -57,14 +57,15 @@ class CsvMonitor:
     so once per kind. Resume (``run.resume``): ``"allow"``/``"must"`` append to the run's
     files (this backend's, or a ``metrics.csv`` Lightning's ``CSVLogger`` left there);
     ``last_step`` is the largest step they held. Without resume, a run already in the folder
-    in the Lightning layout is replaced as ``CSVLogger`` replaces it: a ``UserWarning``
-    naming the folder, then its ``metrics.csv`` deleted (so rows of two runs never mix).
+    is replaced as ``CSVLogger`` replaces it: a ``UserWarning`` naming the folder, then its
+    files deleted (Lightning layout: ``metrics.csv``; DeepSpeed layout: every tag file named
+    in ``tags.json``, ``tags.json`` and ``deepspeed_config.csv``), so rows of two runs never
+    mix. (DeepSpeed's own ``csv_monitor`` appends to each tag's file, a second header among
+    the rows; the one rule for every backend whose run is a folder is the one above.)
 
     Raises:
         NoRunToResume: ``resume="must"`` and the run's folder has no run (nothing created).
-        ConfigError: the run's folder holds the other layout's files, or a DeepSpeed-layout
-            run while ``resume="never"`` (DeepSpeed's ``csv_monitor`` would mix the two
-            runs' rows in each file).
+        ConfigError: the run's folder holds the other layout's files.
         OSError: the run's folder cannot be created or written.
     """
 
@@ -100,14 +101,9 @@ class CsvMonitor:
             raise NoRunToResume(f"csv: no {layout} run in {str(self._folder)!r}")
         #: Whether an earlier run was continued; the largest step it held (``None``: none).
         self.resumed, self.last_step = found, last
-        if not self.resumed and layout == "lightning":
+        if not self.resumed:
             _check_layout(self._folder, layout)
-            _replace_earlier(self._folder)
-        elif not self.resumed and status_of(self._folder).read() is not None:
-            raise ConfigError(f"csv: a run is already in {str(self._folder)!r} (resume="
-                              f"{run.resume!r}); pass resume='allow' to append to it, or give "
-                              "another run name (DeepSpeed's csv_monitor would mix the rows "
-                              "of both runs in each file)")
+            _replace_earlier(self._folder, layout)
         self._folder.mkdir(parents=True, exist_ok=True)
         self._table: lightning_table.LightningTable | remote.RemoteTable | None = None
         self._files: deepspeed_files.PerTagFiles | None = None
@@ -228,19 +224,27 @@ def _integral(value: float) -> float | int:
     return int(value) if math.isfinite(value) and value.is_integer() else value
 
 
-def _replace_earlier(folder: Path) -> None:
+def _replace_earlier(folder: Path, layout: str) -> None:
     """What ``CSVLogger`` does with a run folder that is not empty (Lightning's
-    ``_ExperimentWriter._check_log_dir_exists``): warn, and delete its ``metrics.csv``. Only a
-    run's own files count (``metrics.csv``, ``hparams.yaml``, ``status``): other backends
-    (DVCLive) keep theirs in the same ``<log_dir>/<project>/<run name>`` folder."""
-    own = (lightning_table.METRICS, lightning_table.HPARAMS, STATUS)
+    ``_ExperimentWriter._check_log_dir_exists``): warn, and delete the earlier run's rows
+    (``metrics.csv``; in the DeepSpeed layout its tag files, ``tags.json`` and
+    ``deepspeed_config.csv``). Only a run's own files count (those, ``hparams.yaml``,
+    ``status``): other backends (DVCLive) keep theirs in the same folder."""
+    if layout == "lightning":
+        rows = [lightning_table.METRICS]
+        own = [*rows, lightning_table.HPARAMS, STATUS]
+    else:
+        rows = [*deepspeed_files.read_tags(folder), deepspeed_files.TAGS, deepspeed_files.CONFIG]
+        own = [*rows, STATUS]
     if not any((folder / name).exists() for name in own):
         return
+    deleted = lightning_table.METRICS if layout == "lightning" else "tag files"
     warnings.warn(f"csv: experiment logs directory {str(folder)!r} exists and is not empty; "
-                  f"its {lightning_table.METRICS} is deleted and this run written in its place, "
-                  "as Lightning's CSVLogger does. Pass resume='allow' to append to it instead, "
-                  "or give another run name to keep it", UserWarning, stacklevel=2)
-    (folder / lightning_table.METRICS).unlink(missing_ok=True)
+                  f"its {deleted} is deleted and this run written in its place, as Lightning's "
+                  "CSVLogger does. Pass resume='allow' to append to it instead, or give another "
+                  "run name to keep it", UserWarning, stacklevel=2)
+    for name in rows:
+        (folder / name).unlink(missing_ok=True)
 
 
 def _check_layout(folder: Path, layout: str) -> None:
