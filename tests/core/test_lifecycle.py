@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -19,6 +20,7 @@ from core_monitor import Event, Monitor, RunInfo, hookimpl
 # A backend that keeps rows in memory and writes them only in monitor_flush, as SDKs without a
 # durable write path do: nothing of it survives unless the core flushes or closes it.
 BUFFERED_BACKEND = '''
+import contextlib
 import json
 from pathlib import Path
 from core_monitor import hookimpl
@@ -185,6 +187,20 @@ def test_sigterm_runs_the_users_own_handler_installed_before_the_monitor(tmp_pat
     assert read_rows(jsonl_run(tmp_path, "term", "run")) == expected
 
 
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+@pytest.mark.parametrize("dispatch", ["thread", "sync"])
+def test_sigterm_marks_the_run_crashed_in_this_processs_backends(tmp_path, dispatch):
+    from faulty_monitor import read_calls
+
+    body = SIGTERM_CHILD.replace('[Buffered, "jsonl"]', '["faulty"]').replace(
+        'log_dir=sys.argv[1]', f'log_dir=sys.argv[1], dispatch="{dispatch}"')
+    returncode, err = terminate_child(body, tmp_path)
+    assert returncode == -signal.SIGTERM, err
+    calls = read_calls(RunInfo(project="term", name="run", log_dir=tmp_path / "logs"))
+    assert [hook for hook, _ in calls][-2:] == ["crash", "close"], calls
+    assert "received SIGTERM" in calls[-2][1]
+
+
 # An exception inside `with` -------------------------------------------------------------
 
 
@@ -237,3 +253,35 @@ def test_closed_monitor_refuses_to_log(tmp_path):
     with pytest.raises(RuntimeError, match="closed"):
         monitor.write_events([("x", 2.0, 1)])
     assert count(journal, "write", "a") == 1
+
+
+@pytest.mark.parametrize("dispatch", ["process", "thread", "sync"])
+def test_an_exception_leaving_with_ends_the_run_as_crashed_in_every_mode(tmp_path, dispatch):
+    """As ``wandb.init()`` and ``mlflow.start_run()`` do: the backend writes every row, is told
+    why (``monitor_crash``) and closed; the exception propagates unchanged."""
+    from faulty_monitor import read_calls, read_steps
+
+    with pytest.raises(KeyError, match="'lr'"):
+        with Monitor(["faulty"], project="p", name="r", log_dir=tmp_path,
+                     dispatch=dispatch) as monitor:
+            for step in range(3):
+                monitor.log({"loss": 1.0}, step=step)
+            raise KeyError("lr")
+    assert read_steps(monitor.run) == [0, 1, 2]
+    hooks = [call for call in read_calls(monitor.run) if call[0] != "start"]
+    reason = f"the training process (pid {os.getpid()}) raised KeyError: 'lr'"
+    assert hooks[-2:] == [["crash", reason], ["close", None]], hooks
+
+
+@pytest.mark.parametrize("ending", [None, 0])
+def test_leaving_with_normally_or_by_sys_exit_0_is_no_crash(tmp_path, ending):
+    from faulty_monitor import read_calls
+
+    with pytest.raises(SystemExit) if ending is not None else contextlib.nullcontext():
+        with Monitor(["faulty"], project="p", name="r", log_dir=tmp_path,
+                     dispatch="thread") as monitor:
+            monitor.log({"loss": 1.0}, step=0)
+            if ending is not None:
+                sys.exit(ending)
+    hooks = [call[0] for call in read_calls(monitor.run)]
+    assert "crash" not in hooks and hooks[-1] == "close", hooks

@@ -555,13 +555,17 @@ class Monitor:
         Raises:
             Exception: with ``strict=True``, the first exception a backend raised.
         """
+        self._close(timeout)
+
+    def _close(self, timeout: float | None, crash: str | None = None) -> None:
+        """``close(timeout)``; the run ends as crashed for ``crash`` (why) when given."""
         if self._system is not None and not self._closed:
             self._system.stop()  # its last sample goes out with the rest
         with self._lock:
             if self._closed:
                 return
             self._closed = True
-            self._dispatch.stop()
+            self._dispatch.stop(crash)
         shutdown.unregister(self)
         self._dispatch.close(timeout)
 
@@ -620,8 +624,18 @@ class Monitor:
     def __enter__(self: _Self) -> _Self:
         return self
 
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 traceback: object) -> None:
+        """Close the monitor. When an exception leaves the ``with`` block (a ``SystemExit``
+        of status 0 or ``None`` aside), the run ends as crashed first: every backend is told
+        why (``monitor_crash``, e.g. ``"the training process raised RuntimeError: boom"``)
+        after its last write, as ``wandb.init()`` (exit code 1) and ``mlflow.start_run()``
+        (status ``FAILED``) end a run their ``with`` block raised in. The exception
+        propagates."""
+        if exc is None or (isinstance(exc, SystemExit) and exc.code in (0, None)):
+            self.close()
+            return
+        self._close(None, crash=crash_reason(exc))
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
@@ -674,3 +688,18 @@ def local_folder(log_dir: str | os.PathLike[str] | None) -> Path | None:
             "MonitorLogger(save_dir=<URL>) in Lightning")
     return Path(log_dir)
 
+
+
+#: The longest reason ``crash_reason`` returns (characters): trackers keep it as a tag or a
+#: status message, some with a limit (MLflow tags: 5000 characters).
+CRASH_REASON_CHARS = 1000
+
+
+def crash_reason(error: BaseException) -> str:
+    """What the backends are told (``monitor_crash``) when ``error`` left a monitor's ``with``
+    block: ``"the training process (pid N) raised <type>: <first line of the message>"``, at
+    most ``CRASH_REASON_CHARS`` characters."""
+    message = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    text = f"the training process (pid {os.getpid()}) raised {type(error).__name__}" + (
+        f": {message}" if message else "")
+    return text if len(text) <= CRASH_REASON_CHARS else text[:CRASH_REASON_CHARS - 1] + "…"

@@ -148,6 +148,8 @@ class FanOut:
         #: was spent (it is left to ``monitors sync``).
         self.detached: dict[str, int] = {}
         self._told: set[tuple[str, str]] = set()  # (backend, optional hook) warned about
+        #: Why the run ends as crashed (``stop(crash=...)`` or SIGTERM); ``None``: it closes.
+        self.crash: str | None = None
         self._manager = new_manager()
         self._host: WriterHost | None = None  # what the writer channels share
         # The hot path's lists, per kind, in start order:
@@ -706,18 +708,20 @@ class FanOut:
         except OSError as error:
             self._journal_failed(error)
 
-    def stop(self) -> None:
+    def stop(self, crash: str | None = None) -> None:
         """Nothing is sent after this (called under the monitor's lock by ``close``). Every
         writer is marked stopping before any is sent the stop request (a writer that exits on
-        it is then never taken for a dead one). The request names SIGTERM when the process is
-        closing on it (``shutdown.terminating``): the writer reports it as the run's end
-        (``monitor_crash``)."""
+        it is then never taken for a dead one). The run ends as crashed when ``crash`` (why:
+        an exception left the monitor's ``with``) is given or the process is closing on
+        SIGTERM (``shutdown.terminating``): writers are sent the reason with the request and
+        report it (``monitor_crash``) before closing; ``close`` does the same for the backends
+        of this process."""
         writers = self.writers
         for writer in writers:
             writer.stopping = True
-        reason = shutdown.terminating
+        self.crash = crash or shutdown.terminating
         for channel in (*writers, *self._threads):
-            channel.request_stop(reason)
+            channel.request_stop(self.crash)
 
     def close(self, timeout: float | None) -> None:
         """Let every channel write what it holds (``timeout`` seconds for all, at once), then
@@ -750,13 +754,15 @@ class FanOut:
         backends = [b for b in self.backends if b.name not in stuck]
         # Never called again:
         self._inline, self._inline_writers, self._threads, self._queues = [], [], [], []
-        for hook in ("monitor_flush", "monitor_close"):
+        hooks = ("monitor_flush", "monitor_crash", "monitor_close") if self.crash else (
+            "monitor_flush", "monitor_close")
+        for hook in hooks:
             for backend in reversed(backends):
                 function = backend.hooks.get(hook)
                 if function is None:
                     continue
                 try:
-                    function()
+                    function(**({"reason": self.crash} if hook == "monitor_crash" else {}))
                 except Exception as error:
                     self.policy.failed(backend.name, hook, error)
         closed = {backend.name for backend in backends}

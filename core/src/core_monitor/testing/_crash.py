@@ -49,8 +49,10 @@ monitor.flush()
 os.kill(os.getpid(), signal.SIGKILL if death == "sigkill" else signal.SIGTERM)
 """
 
-#: What the reason the core gives ``monitor_crash`` holds (``dispatch.writer``, ``shutdown``).
-REASONS = {"sigkill": "ended without closing the monitor", "sigterm": "received SIGTERM"}
+#: What the reason the core gives ``monitor_crash`` holds (``dispatch.writer``, ``shutdown``,
+#: ``monitor.crash_reason``).
+REASONS = {"sigkill": "ended without closing the monitor", "sigterm": "received SIGTERM",
+           "exception": "raised RuntimeError: boom in the training loop"}
 
 
 class CrashChecks:
@@ -119,20 +121,26 @@ class CrashChecks:
             pytest.fail(f"after {death.upper()}, expected rows (tag, step) [('loss', 0), "
                         f"('loss', 1), ('loss', 2)], read_rows returned {got}", pytrace=False)
 
-    def test_an_exception_in_with_closes_the_run_without_a_crash_mark(
+    def test_an_exception_in_with_reads_back_as_crashed(
         self, backend_class, backend_options, read_rows, read_crash, tmp_path
     ):
-        """``with`` closes the monitor when its body raises (the exception propagates, the
-        caller reports it): every row is stored and the run reads back as closed, not crashed
-        (the core gives ``monitor_crash`` only the death of the training process)."""
+        """An exception that leaves the monitor's ``with`` ends the run as crashed, as
+        ``wandb.init()`` and ``mlflow.start_run()`` end theirs: every row is stored, then
+        ``monitor_crash`` gets ``"the training process (pid N) raised RuntimeError: boom in
+        the training loop"`` and ``read_crash`` returns it (or ``""``)."""
         run = self._end_run("exception", read_crash, backend_class, backend_options, tmp_path)
+        crash = self._wait_for(read_crash, run, lambda got: got is not None)
         got = sorted((t, s) for t, s, _ in read_rows(run))
         if got != [("loss", 0), ("loss", 1), ("loss", 2)]:
             pytest.fail(f"after an exception in `with`, expected rows (tag, step) [('loss', 0), "
                         f"('loss', 1), ('loss', 2)], read_rows returned {got}: monitor_close "
                         "must write what monitor_write received", pytrace=False)
-        crash = read_crash(run)
-        if crash is not None:
-            pytest.fail(f"a run closed by `with` reads back as crashed ({crash!r}): read_crash "
-                        "must return None for a run monitor_close ended without monitor_crash",
+        problems = check_crash(crash)
+        if problems or crash is None:
+            pytest.fail(f"after an exception in `with`, read_crash returned {crash!r}: "
+                        f"{'; '.join(problems) or 'monitor_crash must mark the run'}",
                         pytrace=False)
+        if crash and REASONS["exception"] not in crash:
+            pytest.fail(f"after an exception in `with`, read_crash returned {crash!r}, which "
+                        f"does not hold the reason the core gave monitor_crash "
+                        f"(…{REASONS['exception']}…): store it as given", pytrace=False)
