@@ -261,7 +261,7 @@ def test_an_exception_leaving_with_ends_the_run_as_crashed_in_every_mode(tmp_pat
     why (``monitor_crash``) and closed; the exception propagates unchanged."""
     from faulty_monitor import read_calls, read_steps
 
-    with pytest.raises(KeyError, match="'lr'"):
+    with pytest.raises(KeyError, match="'lr'"):  # noqa: SIM117 (the monitor's own with)
         with Monitor(["faulty"], project="p", name="r", log_dir=tmp_path,
                      dispatch=dispatch) as monitor:
             for step in range(3):
@@ -277,7 +277,7 @@ def test_an_exception_leaving_with_ends_the_run_as_crashed_in_every_mode(tmp_pat
 def test_leaving_with_normally_or_by_sys_exit_0_is_no_crash(tmp_path, ending):
     from faulty_monitor import read_calls
 
-    with pytest.raises(SystemExit) if ending is not None else contextlib.nullcontext():
+    with pytest.raises(SystemExit) if ending is not None else contextlib.nullcontext():  # noqa: SIM117
         with Monitor(["faulty"], project="p", name="r", log_dir=tmp_path,
                      dispatch="thread") as monitor:
             monitor.log({"loss": 1.0}, step=0)
