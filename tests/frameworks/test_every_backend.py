@@ -81,7 +81,8 @@ def deepspeed_csv(folder: Path) -> Rows:
 
 def test_a_deepspeed_experiment_monitors_section_naming_every_backend(log_dir, tmp_path):
     out = tmp_path / "out.json"
-    run_script("ds_train.py", log_dir, out, "section", ",".join(BACKENDS), nproc=1)
+    done = run_script("ds_train.py", log_dir, out, "section", ",".join(BACKENDS), nproc=1)
+    print(f"--- the training script's stderr (its last 8000 characters)\n{done.stderr[-8000:]}")
     result = load(out)
     assert sorted(result["backends"]) == sorted(BACKENDS) and result["enabled"] is True
     theirs = deepspeed_csv(log_dir / "csv" / "dsrun")
