@@ -329,7 +329,10 @@ def test_a_service_killed_under_the_run_loses_nothing(tmp_path, monkeypatch, lim
     once, with what it held in memory): the run goes on in a new service, a second folder of
     the same run id, and every row, media item and config key is stored exactly once.
     ``journal-trimmed``: markers found in the file have dropped what was on disk, so what is
-    sent again is read back from the file past the last marker only."""
+    sent again is read back from the file past the last marker only. The run is flushed
+    before the last 20 steps, the image and the config: the first folder then holds a run
+    record (a service killed before writing one leaves no run in its folder), and what the
+    new service must be given again is what the dead one held in memory."""
     import numpy as np
 
     from core_monitor import Image
@@ -352,6 +355,12 @@ def test_a_service_killed_under_the_run_loses_nothing(tmp_path, monkeypatch, lim
         assert step < 20_000, "no marker reached the file"
     if limit is not None:
         assert len(backend._journal.entries) < step, "nothing was dropped from the journal"
+    # What is flushed is in the first folder's file (with the run record: so that folder is a
+    # run of its own); what follows is held in wandb-core's memory only when it is killed.
+    backend.monitor_flush()
+    for _ in range(20):
+        write(step)
+        step += 1
     pixels = np.arange(48, dtype=np.uint8).reshape(4, 4, 3)
     backend.monitor_write_media([MediaItem("img", step - 1, 1.0e9 + step - 1, Image(pixels))])
     backend.monitor_config({"late": 1})
