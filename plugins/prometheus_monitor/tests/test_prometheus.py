@@ -13,7 +13,14 @@ from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
-from prometheus_monitor import PrometheusMonitor, metric_name, parse_rows, read_rows
+from prometheus_monitor import (
+    PrometheusMonitor,
+    metric_name,
+    parse_crash,
+    parse_rows,
+    read_crash,
+    read_rows,
+)
 from prometheus_monitor.storage import TARGETS, run_dir, unique_name
 from prometheus_servers import SCRAPE_SECONDS, Prometheus, Pushgateway, free_port
 
@@ -26,6 +33,7 @@ class TestPrometheusContract(MonitorContract):
 
     backend_class = PrometheusMonitor
     read_rows = staticmethod(read_rows)
+    read_crash = staticmethod(read_crash)
 
 
 def test_the_entry_point_names_the_backend_class() -> None:
@@ -216,3 +224,19 @@ def test_every_flush_pushes_the_run(tmp_path: Path, pushgateway: Pushgateway) ->
         monitor.log({"loss": 2.0}, step=8)
         monitor.flush()
         assert parse_rows(pushgateway.metrics(), monitor.run) == [("loss", 8, 2.0)]
+
+
+def test_a_crash_is_an_info_metric_an_alert_can_match(tmp_path: Path) -> None:
+    """``monitor_crash`` adds ``training_crash_info{..., reason=...} 1`` (Prometheus's info
+    metric convention) to what is served, written and pushed; a run closed normally has none."""
+    run = RunInfo(project="p", name="r", log_dir=tmp_path)
+    backend = PrometheusMonitor(run, port=None)
+    backend.monitor_write([])
+    backend.monitor_flush()
+    assert read_crash(run) is None
+    backend.monitor_crash('the training process (pid 7) raised ValueError: "x" is bad')
+    backend.monitor_close()
+    text = (run_dir(run) / "metrics.prom").read_text()
+    assert 'training_crash_info{' in text and 'reason="the training process' in text
+    assert read_crash(run) == 'the training process (pid 7) raised ValueError: "x" is bad'
+    assert parse_crash(text, RunInfo(project="p", name="other", log_dir=tmp_path)) is None

@@ -12,8 +12,8 @@ Importing this package imports no prometheus-client: core-monitor imports it on 
 from __future__ import annotations
 
 from .backend import MAX_STEP, PrometheusMonitor
-from .reader import parse_rows, read_config, read_rows
+from .reader import parse_crash, parse_rows, read_config, read_crash, read_rows
 from .storage import metric_name
 
-__all__ = ["MAX_STEP", "PrometheusMonitor", "metric_name", "parse_rows", "read_config",
-           "read_rows"]
+__all__ = ["MAX_STEP", "PrometheusMonitor", "metric_name", "parse_crash", "parse_rows",
+           "read_config", "read_crash", "read_rows"]

@@ -1,7 +1,7 @@
 """The prometheus-client versions this plugin is tested with, and what it uses of them.
 
 The plugin uses only prometheus-client's public API: ``CollectorRegistry``, ``Gauge``,
-``start_http_server`` (which returns the server and its thread since 0.17),
+``Info`` (the crash mark), ``start_http_server`` (which returns the server and its thread since 0.17),
 ``write_to_textfile``, ``push_to_gateway`` and the text-format parser. ``problems()`` checks
 that they are there. Nothing here imports prometheus-client at module import.
 """
@@ -17,7 +17,7 @@ import inspect
 TESTED = "prometheus-client>=0.20,<0.27"
 
 #: The public names of ``prometheus_client`` the plugin uses.
-_USED = ("CollectorRegistry", "Gauge", "start_http_server", "write_to_textfile",
+_USED = ("CollectorRegistry", "Gauge", "Info", "start_http_server", "write_to_textfile",
          "push_to_gateway")
 
 

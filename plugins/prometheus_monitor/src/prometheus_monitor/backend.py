@@ -23,6 +23,7 @@ from .storage import (
     TEXTFILE,
     reserved_names,
     run_dir,
+    crash_name,
     step_name,
     timestamp_name,
     unique_name,
@@ -50,7 +51,8 @@ class PrometheusMonitor:
     registry): for each tag a gauge ``<prefix>_<tag as storage.metric_name maps it>`` holding
     the latest value logged, the gauge ``<prefix>_step{tag=..., metric=...}`` holding the step
     of that value, and ``<prefix>_last_log_timestamp_seconds`` (the wall time of the latest
-    event). Every series has the labels ``project``, ``run``, ``rank`` and ``host`` (the host
+    event); after a crash, ``<prefix>_crash_info{..., reason="<why>"} 1``. Every series has
+    the labels ``project``, ``run``, ``rank`` and ``host`` (the host
     name): a handful of series per tag and run, no label per step or value. Prometheus stores
     what it samples at each scrape, not each step: the steps between two scrapes are not in
     Prometheus (``capabilities.history == "latest"``).
@@ -218,6 +220,17 @@ class PrometheusMonitor:
                           f"failed ({error}); the values are still served"
                           f"{' and in ' + str(self._textfile) if self._textfile else ''}, "
                           "and the next flush or the close pushes them again") from error
+
+    @hookimpl
+    def monitor_crash(self, reason: str) -> None:
+        """Mark the run crashed: the info metric ``<prefix>_crash_info`` with the label
+        ``reason`` (written and pushed by the close that follows), for an alert rule such as
+        ``training_crash_info == 1``."""
+        from prometheus_client import Info
+
+        crash = Info(crash_name(self._prefix), "Why the run ended by a crash", RUN_LABELS,
+                     registry=self._registry)
+        crash.labels(**self._labels).info({"reason": reason})
 
     @hookimpl
     def monitor_close(self) -> None:

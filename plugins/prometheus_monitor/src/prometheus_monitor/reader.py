@@ -7,9 +7,9 @@ from typing import Any
 
 from core_monitor import RunInfo
 
-from .storage import DEFAULT_PREFIX, RUN_LABELS, TEXTFILE, run_dir, step_name
+from .storage import DEFAULT_PREFIX, RUN_LABELS, TEXTFILE, crash_name, run_dir, step_name
 
-__all__ = ["parse_rows", "read_config", "read_rows"]
+__all__ = ["parse_crash", "parse_rows", "read_config", "read_crash", "read_rows"]
 
 
 def parse_rows(text: str, run: RunInfo | None = None,
@@ -48,6 +48,39 @@ def parse_rows(text: str, run: RunInfo | None = None,
     return sorted(rows)
 
 
+def parse_crash(text: str, run: RunInfo | None = None,
+                prefix: str = DEFAULT_PREFIX) -> str | None:
+    """The reason of the crash mark (``<prefix>_crash_info``) in ``text``; ``None`` when there
+    is none. Arguments and errors as for ``parse_rows``."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    want = None if run is None else {"project": run.project, "run": run.name,
+                                     "rank": str(run.rank)}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            labels = dict(sample.labels)
+            if sample.name != f"{crash_name(prefix)}_info" or "reason" not in labels:
+                continue
+            if want is None or all(labels.get(k) == v for k, v in want.items()):
+                return labels["reason"]
+    return None
+
+
+def _textfile(run: RunInfo) -> str | None:
+    folder = run_dir(run)
+    path = None if folder is None else folder / TEXTFILE
+    if path is None or not path.exists():
+        return None
+    return path.read_text(encoding="utf-8")
+
+
+def read_crash(run: RunInfo) -> str | None:
+    """Why the run ended by a crash, as ``monitor_crash`` was told, from ``metrics.prom``;
+    ``None`` for a run that did not crash (or wrote no ``metrics.prom``)."""
+    text = _textfile(run)
+    return None if text is None else parse_crash(text, run)
+
+
 def read_rows(run: RunInfo) -> list[tuple[str, int, float]]:
     """The run's latest point of each tag as ``(tag, step, value)``, from ``metrics.prom``
     (written at every flush and at close), sorted by tag; ``[]`` when there is none (no
@@ -57,11 +90,8 @@ def read_rows(run: RunInfo) -> list[tuple[str, int, float]]:
         run: the ``RunInfo`` the run was written with (``Monitor.run``); for ``run.rank > 0``
             that rank's own file is read.
     """
-    folder = run_dir(run)
-    path = None if folder is None else folder / TEXTFILE
-    if path is None or not path.exists():
-        return []
-    return parse_rows(path.read_text(encoding="utf-8"), run)
+    text = _textfile(run)
+    return [] if text is None else parse_rows(text, run)
 
 
 def read_config(run: RunInfo) -> dict[str, Any]:

@@ -52,9 +52,17 @@ def timestamp_name(prefix: str) -> str:
     return f"{prefix}_last_log_timestamp_seconds"
 
 
+def crash_name(prefix: str) -> str:
+    """The info metric marking a run that ended by a crash: ``<prefix>_crash`` (exposed as
+    ``<prefix>_crash_info{..., reason="..."} 1``, Prometheus's info-metric convention, as
+    ``prometheus_client.Info`` writes it); absent from a run that did not crash."""
+    return f"{prefix}_crash"
+
+
 def reserved_names(prefix: str) -> set[str]:
     """The names the backend exposes for itself, which no tag takes."""
-    return {step_name(prefix), timestamp_name(prefix)}
+    return {step_name(prefix), timestamp_name(prefix), crash_name(prefix),
+            f"{crash_name(prefix)}_info"}
 
 
 def metric_name(prefix: str, tag: str) -> str:
