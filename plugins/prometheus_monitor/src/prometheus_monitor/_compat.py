@@ -1,9 +1,9 @@
 """The prometheus-client versions this plugin is tested with, and what it uses of them.
 
 The plugin uses only prometheus-client's public API: ``CollectorRegistry``, ``Gauge``,
-``Info`` (the crash mark), ``start_http_server`` (which returns the server and its thread since 0.17),
-``write_to_textfile``, ``push_to_gateway`` and the text-format parser. ``problems()`` checks
-that they are there. Nothing here imports prometheus-client at module import.
+``Info`` (the crash mark), ``start_http_server`` (which returns the server and its thread
+since 0.17), ``write_to_textfile``, ``push_to_gateway`` and the text-format parser.
+``problems()`` checks that they are there. Nothing here imports prometheus-client at module import.
 """
 
 from __future__ import annotations
