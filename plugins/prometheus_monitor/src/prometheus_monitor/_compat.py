@@ -3,7 +3,8 @@
 The plugin uses only prometheus-client's public API: ``CollectorRegistry``, ``Gauge``,
 ``Info`` (the crash mark), ``start_http_server`` (which returns the server and its thread
 since 0.17), ``write_to_textfile``, ``push_to_gateway`` and the text-format parser.
-``problems()`` checks that they are there. Nothing here imports prometheus-client at module import.
+``problems()`` checks that they are there. Nothing here imports prometheus-client at module
+import.
 """
 
 from __future__ import annotations
