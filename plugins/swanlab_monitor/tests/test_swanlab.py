@@ -176,3 +176,13 @@ def test_monitors_list_check_names_the_dashboard_under_swanlab_mode_local(tmp_pa
     row = next(line for line in done.stdout.splitlines() if line.startswith("swanlab"))
     assert 'SWANLAB_MODE=local needs SwanLab\'s dashboard package' in row
     assert 'pip install "swanlab[dashboard]"' in row
+
+
+def test_a_record_file_with_no_header_yet_reads_as_no_records(tmp_path):
+    """SwanLab's writer creates ``run-<id>.swanlab`` before it writes the header: reading a
+    run being started found a 0-byte file and SwanLab's reader failed an ``assert``."""
+    from swanlab_monitor import _compat
+
+    empty = tmp_path / "run-x.swanlab"
+    empty.write_bytes(b"")
+    assert list(_compat.read_records(empty)) == []

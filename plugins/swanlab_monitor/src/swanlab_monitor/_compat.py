@@ -35,7 +35,7 @@ _STORE = "swanlab.sdk.internal.core_python.store"
 _RECORD = "swanlab.proto.swanlab.record.v1.record_pb2"
 #: Module -> the names used from it.
 _USED = {_RUN: ("set_run", "clear_run", "has_run", "get_run"), _CONSOLE: ("info",),
-         _STORE: ("DataStoreReader",), _RECORD: ("Record",)}
+         _STORE: ("DataStoreReader", "LEVELDBLOG_HEADER_LEN"), _RECORD: ("Record",)}
 #: The ``Record`` fields the reader reads.
 _RECORD_FIELDS = ("start", "scalar", "finish")
 
@@ -97,14 +97,21 @@ def read_records(path: Path) -> Iterator[Any]:
     """Yield the ``Record`` messages of a ``run-<id>.swanlab`` file in order, read with
     SwanLab's own ``DataStoreReader`` (what ``swanlab sync`` reads).
 
+    A file shorter than its header (SwanLab's writer has created it and not yet written
+    the header: a run being started) yields nothing, where SwanLab's reader fails an
+    ``assert``.
+
     Raises:
         FileNotFoundError: no such file.
         swanlab.exceptions.DataStoreError: not a SwanLab record file, or a corrupt one.
     """
     if not path.is_file():
         raise FileNotFoundError(f"no SwanLab record file at {str(path)!r}")
+    store = importlib.import_module(_STORE)
+    if path.stat().st_size < store.LEVELDBLOG_HEADER_LEN:
+        return
     record_class = importlib.import_module(_RECORD).Record
-    reader = importlib.import_module(_STORE).DataStoreReader()
+    reader = store.DataStoreReader()
     reader.open(str(path))
     try:
         for data in reader:
