@@ -77,12 +77,17 @@ SUITE = ["tests", *(str(folder / "tests") for folder in PLUGINS.values()),
 #: (tests/postgres_server.py); psutil and nvidia-ml-py: the system metrics sampler.
 TEST_DEPS = ["pytest>=8", "pytest-timeout", "pytest-xdist", "numpy", "uv", "psutil",
              "nvidia-ml-py", "fsspec", "psycopg2-binary"]
-#: pytest-xdist: one worker per CPU, each test module (or test class) on one worker, so that a
-#: module's shared fixtures (an MLflow server, the copy tests' source runs) start once. Most of
-#: a test's time is spent waiting for processes it started, which a second worker overlaps.
-#: The tests, frameworks, lowest and newest sessions all run this way; tests and frameworks also
-#: print their 15 slowest tests (`--durations`), the first place to look when CI slows down.
-PARALLEL = ["-n", "auto", "--dist", "loadscope"]
+#: pytest-xdist: one worker more than the CPUs, each test module (or test class) on one worker,
+#: so that a module's shared fixtures (an MLflow server, the copy tests' source runs) start
+#: once. Much of a test's time is spent waiting for processes it started (a server, a writer
+#: importing its SDK, a subprocess at a deadline): on 2 cores the suite kept them busy 56% of
+#: the time with 2 workers; 3 workers took the tests session from 887 s to 758 s (on a machine
+#: busier than CI). The frameworks session, which trains torch models, keeps one per CPU.
+#: tests and frameworks also print their 15 slowest tests (`--durations`), the first place to
+#: look when CI slows down.
+WORKERS = str((os.cpu_count() or 1) + 1)
+PARALLEL = ["-n", WORKERS, "--dist", "loadscope"]
+CPU_BOUND = ["-n", "auto", "--dist", "loadscope"]
 
 
 def pytest_runs(session: nox.Session, *args: str, marks: str = "",
@@ -237,7 +242,7 @@ def frameworks(session: nox.Session) -> None:
     # DeepSpeed compiles a small shared-memory op on CPU on first use (about a minute); keep it.
     env["TORCH_EXTENSIONS_DIR"] = str((Path(session.cache_dir) / "torch_extensions").resolve())
     env["DS_ACCELERATOR"] = "cpu"
-    session.run("pytest", "--timeout=900", *PARALLEL, "--durations=15",
+    session.run("pytest", "--timeout=900", *CPU_BOUND, "--durations=15",
                 *(session.posargs or ["tests/frameworks"]), env=env)
 
 
