@@ -12,7 +12,7 @@ import readback
 from _run import SCRIPTS, load, run_script
 
 sys.path.insert(0, str(SCRIPTS))
-from lightning_fit import BACKENDS, fit
+from lightning_fit import BACKENDS, TinyRegressor, data, fit
 
 from core_monitor.integrations.lightning import MonitorLogger
 
@@ -179,3 +179,42 @@ def test_fit_from_ckpt_path_resumes_the_same_run(log_dir, tmp_path):
     ids = {next(r.run.run_id for r in read_records(f) if r.HasField("run"))
            for f in find_run_dirs(log_dir, project="lit", name="ckpt")}
     assert len(ids) == 1
+
+
+class _FailsAtBatch3(TinyRegressor):
+    def training_step(self, batch, batch_idx):
+        if batch_idx == 3:
+            raise RuntimeError("loss is NaN at batch 3")
+        return super().training_step(batch, batch_idx)
+
+
+def test_a_fit_that_raises_ends_the_run_as_crashed_as_mlflowlogger_sets_failed(log_dir,
+                                                                                 tmp_path):
+    """Lightning calls ``finalize("failed")`` from inside its ``except`` block; the run ends
+    crashed, naming the exception, where ``MLFlowLogger`` (beside it, Lightning's own record)
+    sets its run ``FAILED``; every row logged before the exception is stored."""
+    import lightning as L
+    from lightning.pytorch.loggers import MLFlowLogger
+
+    import csv_monitor
+    import mlflow_monitor
+
+    monitor_logger = MonitorLogger(["csv", "mlflow"], project="lit", name="fails",
+                                   log_dir=log_dir, default_hp_metric=False)
+    theirs = MLFlowLogger(experiment_name="lit", run_name="theirs",
+                          tracking_uri=f"sqlite:///{tmp_path / 'theirs.db'}")
+    trainer = L.Trainer(accelerator="cpu", max_epochs=1, logger=[monitor_logger, theirs],
+                        log_every_n_steps=1, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False,
+                        default_root_dir=str(log_dir / "root"))
+    with pytest.raises(RuntimeError, match="loss is NaN"):
+        trainer.fit(_FailsAtBatch3(lr=0.05, hidden=8, optimizer={"name": "sgd"}), data(48, 1))
+    assert theirs.experiment.get_run(theirs.run_id).info.status == "FAILED"
+    run = monitor_logger.monitor.run
+    assert monitor_logger.monitor.closed
+    ours = mlflow_monitor.local_store_uri(log_dir)  # MLFlowLogger set the global one
+    assert "raised RuntimeError: loss is NaN at batch 3" in csv_monitor.read_crash(run)
+    assert "raised RuntimeError: loss is NaN at batch 3" in mlflow_monitor.reader.read_crash(
+        run, tracking_uri=ours)
+    assert mlflow_monitor.find_run(run, tracking_uri=ours).info.status == "FAILED"
+    assert [s for t, s, _ in csv_monitor.read_rows(run) if t == "train_loss"] == [0, 1, 2]

@@ -538,7 +538,7 @@ class Monitor:
             self._dispatch.policy.deliver()
         self._dispatch.flush(self._lock, timeout)
 
-    def close(self, timeout: float | None = None) -> None:
+    def close(self, timeout: float | None = None, *, crash: str | None = None) -> None:
         """Write what is buffered, then flush and close every backend (in reverse start order
         in this process; writer processes all at once).
 
@@ -548,6 +548,11 @@ class Monitor:
                 process is killed); its calls are counted in ``undelivered`` and reported
                 (``BackendWarning``). At exit and on SIGTERM the limit is
                 ``core_monitor.shutdown.EXIT_TIMEOUT``.
+            crash: end the run as crashed, for this reason (one line, e.g. ``"the training
+                process raised ValueError: loss is NaN"``): every backend is told it
+                (``monitor_crash``) after its last write, as ``run.finish(exit_code=1)`` in
+                wandb and ``end_run(status="FAILED")`` in MLflow. ``None``: the run finishes.
+                An exception leaving ``with Monitor(...)`` passes one (``crash_reason``).
 
         Every backend is flushed and closed even when another one raises; a second call, or
         one in a forked child, does nothing. Calls dropped (``on_full="drop"``) are reported.
@@ -555,7 +560,7 @@ class Monitor:
         Raises:
             Exception: with ``strict=True``, the first exception a backend raised.
         """
-        self._close(timeout)
+        self._close(timeout, crash)
 
     def _close(self, timeout: float | None, crash: str | None = None) -> None:
         """``close(timeout)``; the run ends as crashed for ``crash`` (why) when given."""
@@ -635,7 +640,7 @@ class Monitor:
         if exc is None or (isinstance(exc, SystemExit) and exc.code in (0, None)):
             self.close()
             return
-        self._close(None, crash=crash_reason(exc))
+        self.close(crash=crash_reason(exc))
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"

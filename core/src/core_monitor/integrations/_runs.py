@@ -200,11 +200,11 @@ class LazyRun:
             monitor.flush()
             _finished[id(monitor)] = monitor
 
-    def close(self) -> None:
-        """Close the open run, if any."""
+    def close(self, crash: str | None = None) -> None:
+        """Close the open run, if any; as crashed, for ``crash`` (``Monitor.close``)."""
         self._unfinish()
         if self._monitor is not None:
-            self._monitor.close()
+            self._monitor.close(crash=crash)
 
     def __reduce__(self) -> tuple[Any, ...]:
         state = {k: v for k, v in self.__dict__.items() if k not in ("_slot", "_same_name")}

@@ -14,6 +14,7 @@ imports Lightning (``lightning.pytorch``).
 from __future__ import annotations
 
 import os
+import sys
 from argparse import Namespace
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -24,7 +25,7 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import Logger
 
 from ..errors import ConfigError
-from ..monitor import URL, Monitor
+from ..monitor import URL, Monitor, crash_reason
 from ._common import loggable
 from ._runs import LazyRun
 from .step_time import StepClock, step_time_prefix
@@ -44,8 +45,6 @@ def _running_trainer() -> tuple[Any, bool]:
     ``Trainer._run(model, ckpt_path=...)``, before the checkpoint is restored and
     ``trainer.ckpt_path`` set; ``Trainer.log_dir``; ``ModelCheckpoint``'s folder), so the
     ``ckpt_path`` of the ``Trainer`` method running is read, else ``trainer.ckpt_path``."""
-    import sys
-
     trainer_class = getattr(sys.modules.get("lightning.pytorch"), "Trainer", None)
     if trainer_class is None:
         return None, False
@@ -382,11 +381,19 @@ class MonitorLogger(Logger):
 
     def finalize(self, status: str) -> None:
         """A stage ended (``status`` e.g. ``"success"``, ``"failed"``): flush every backend and
-        keep the run open for the next stage (see the class docstring)."""
+        keep the run open for the next stage (see the class docstring). ``"failed"`` (Lightning
+        passes it when fit, validate, test or predict raised, Ctrl-C included) ends the run as
+        crashed instead, the exception named (``Monitor.close(crash=...)``), as
+        ``MLFlowLogger`` sets its run ``FAILED``; a later stage starts ``<name>-2``."""
         runs = self._runs
         if runs.last is None and (runs.config or self._hp_metrics):
             # hyperparameters given, no run yet: start it here (in the default_root_dir)
             self.experiment  # noqa: B018
+        if status == "failed":
+            error = sys.exc_info()[1]  # Lightning calls finalize inside its ``except`` block
+            runs.close(crash=crash_reason(error) if error is not None else
+                       "Lightning ended the stage with status 'failed'")
+            return
         runs.pause()
 
     def close(self) -> None:
