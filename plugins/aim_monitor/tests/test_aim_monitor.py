@@ -129,21 +129,50 @@ def test_a_closed_run_is_seen_finished_by_aims_own_api(tmp_path: Path, repo: str
     assert found == [("seen", "p", True)]
 
 
-def test_a_step_logged_again_is_a_second_segment_in_aim(tmp_path: Path, repo: str) -> None:
-    """Aim keeps one value per step of a sequence: the repeat goes to context segment 1."""
+def _curves(repo: str) -> list[tuple[str, int, list[int]]]:
+    """``(tag, segment, steps)`` of every curve of the repository's one run, as Aim reads it."""
     from aim import Repo
 
+    (found,) = Repo(repo).iter_runs()
+    return sorted((m.name, m.context.to_dict().get("segment", 0), list(m.data.items_list()[0]))
+                  for m in found.metrics())
+
+
+def test_a_step_logged_again_is_a_second_segment_in_aim(tmp_path: Path, repo: str) -> None:
+    """Aim keeps one value per step of a sequence: the repeat goes to context segment 1, and
+    the next step back to segment 0, the first whose last step is below it."""
     with Monitor(["aim"], project="p", name="r", log_dir=tmp_path) as monitor:
         monitor.log({"loss": 1.0}, step=5)
         monitor.log({"loss": 2.0}, step=5)
         monitor.log({"loss": 3.0}, step=6)
     assert read_rows(monitor.run) == [("loss", 5, 1.0), ("loss", 5, 2.0), ("loss", 6, 3.0)]
-    with aim_monitor.find_run(monitor.run):  # which indexes the repository, as `aim up` does
-        pass
-    (found,) = Repo(repo).iter_runs()
-    curves = sorted((m.context.to_dict().get("segment", 0), list(m.data.items_list()[0]))
-                    for m in found.metrics())
-    assert curves == [(0, [5]), (1, [5, 6])]
+    assert _curves(repo) == [("loss", 0, [5, 6]), ("loss", 1, [5])]
+
+
+def test_a_tag_repeated_at_every_validation_is_two_curves_not_one_per_repeat(
+        tmp_path: Path, repo: str) -> None:
+    """Lightning logs ``epoch`` with the training rows and again with each validation's, at
+    the same step: 25 validations made 26 curves of ``epoch``; now two, every point kept and
+    read back in the order logged."""
+    logged = []
+    with Monitor(["aim"], project="p", name="r", log_dir=tmp_path) as monitor:
+        for step in range(0, 250, 10):
+            for value in (step / 100, step / 100 + 0.5):  # train row, then validation row
+                monitor.log({"epoch": value}, step=step)
+                logged.append(("epoch", step, value))
+    assert read_rows(monitor.run) == logged
+    assert [(tag, segment) for tag, segment, _ in _curves(repo)] == [("epoch", 0), ("epoch", 1)]
+
+
+def test_a_restart_from_a_checkpoint_continues_the_first_curve(tmp_path: Path,
+                                                               repo: str) -> None:
+    """Steps 0..9, then 5..14 (resumed from the checkpoint of step 4): the first curve goes on
+    at 10..14, the replayed 5..9 are a second one; read back in the order logged."""
+    with Monitor(["aim"], project="p", name="r", log_dir=tmp_path) as monitor:
+        for step in [*range(10), *range(5, 15)]:
+            monitor.log({"loss": float(step)}, step=step)
+    assert [step for _, step, _ in read_rows(monitor.run)] == [*range(10), *range(5, 15)]
+    assert _curves(repo) == [("loss", 0, list(range(15))), ("loss", 1, list(range(5, 10)))]
 
 
 def test_resume_continues_the_run_after_its_segments(tmp_path: Path, repo: str) -> None:

@@ -4,7 +4,7 @@ mark); the reader ``monitors copy`` uses (entry-point group ``experiment_monitor
 Each call first brings the repository's index up to date (``_compat.index_runs``, what ``aim
 up`` does), then opens the repository read-only and finds the run: the newest run of the
 experiment (default: the project) named ``RunInfo.ranked_name``. Points of a tag come back in
-the order logged: its segments in order, each by step (``storage``).
+the order logged: its segments merged by the time Aim stored with each point (``storage``).
 """
 
 from __future__ import annotations
@@ -94,13 +94,19 @@ def read_rows(run: RunInfo, *, repo: str | None = None,
 
     Args, Raises: as ``find_run``.
     """
-    rows: list[tuple[str, int, float]] = []
+    timed: list[tuple[str, float, int, tuple[str, int, float]]] = []
     with find_run(run, repo=repo, experiment=experiment) as aim_run:
-        for name, _, context, _ in _segments(aim_run, ("float",)):
-            steps, (values, _, _) = aim_run.get_metric(name, context).data.items_list()
-            rows.extend((name, int(step), float(value))
-                        for step, value in zip(steps, values, strict=True))
-    return rows
+        for name, segment, context, _ in _segments(aim_run, ("float",)):
+            steps, (values, _, times) = aim_run.get_metric(name, context).data.items_list()
+            timed.extend((name, time, segment, (name, int(step), float(value)))
+                         for step, value, time in zip(steps, values, times, strict=True))
+    return [row for *_, row in sorted(timed, key=_logged_order)]
+
+
+def _logged_order(point: tuple[Any, ...]) -> tuple[str, float, int]:
+    """Sort key of ``(tag, stored time, segment, ...)``: by tag, then as logged (the storage
+    docstring)."""
+    return point[0], point[1], point[2]
 
 
 def read_config(run: RunInfo, *, repo: str | None = None,
@@ -132,25 +138,27 @@ def read_media(run: RunInfo, *, repo: str | None = None,
     """
     import numpy as np
 
-    media: list[tuple[str, int, Image | Histogram | Text]] = []
+    timed: list[tuple[str, float, int, tuple[str, int, Image | Histogram | Text]]] = []
     with find_run(run, repo=repo, experiment=experiment) as aim_run:
         edges_of = aim_run.get(EDGES_KEY, None) or {}
         for name, segment, context, sequence in _segments(aim_run, MEDIA_DTYPES):
             getter = {"aim.image": aim_run.get_image_sequence,
                       "aim.distribution": aim_run.get_distribution_sequence,
                       "aim.text": aim_run.get_text_sequence}[sequence]
-            steps, (values, *_) = getter(name, context).data.items_list()
-            for step, value in zip(steps, values, strict=True):
+            steps, (values, _, times) = getter(name, context).data.items_list()
+            for step, value, time in zip(steps, values, times, strict=True):
+                item: Image | Histogram | Text
                 if sequence == "aim.image":
                     pixels = np.asarray(value.to_pil_image())
-                    media.append((name, int(step), Image(
-                        pixels.reshape(*pixels.shape[:2], -1), caption=value.caption or None)))
+                    item = Image(pixels.reshape(*pixels.shape[:2], -1),
+                                 caption=value.caption or None)
                 elif sequence == "aim.text":
-                    media.append((name, int(step), Text(value.data)))
+                    item = Text(value.data)
                 else:
                     counts, edges = value.to_np_histogram()
                     kept = edges_of.get(name, {}).get(f"{segment}:{int(step)}")
-                    media.append((name, int(step), Histogram(
+                    item = Histogram(
                         edges=np.asarray(kept if kept is not None else edges, np.float64),
-                        counts=np.asarray(counts))))
-    return media
+                        counts=np.asarray(counts))
+                timed.append((name, time, segment, (name, int(step), item)))
+    return [entry for *_, entry in sorted(timed, key=_logged_order)]

@@ -8,13 +8,16 @@
   the readers) as the newest run of that experiment and name.
 * Scalars: ``run.track(value, name=<tag>, step=<step>, context=...)``, one Aim metric per tag.
   Aim keys a sequence's points by step: a second value at a step already stored would replace
-  the first, and points read back sorted by step. So every tag's points are cut into
-  *segments* of strictly increasing steps: a point whose step is not above the previous step
-  of its tag starts the next segment. Segment 0 is the empty context (what ``run.track``
-  without context writes: a run whose steps only grow is a plain Aim run); segment ``n >= 1``
-  is the context ``{"segment": n}``, which Aim's UI shows as a line of its own (a run resumed
-  from an earlier checkpoint: the repeated steps are a second curve, none replaced). The
-  readers put the segments back in order, so every point comes back as logged.
+  the first, and points read back sorted by step. So every tag's points are kept in
+  *segments*, each of strictly increasing steps: a point goes to the first segment whose last
+  step is below its step, else it starts the next segment. Segment 0 is the empty context
+  (what ``run.track`` without context writes: a run whose steps only grow is a plain Aim run);
+  segment ``n >= 1`` is the context ``{"segment": n}``, which Aim's UI shows as a line of its
+  own. A tag logged twice at some steps (Lightning's ``epoch``, logged again with each
+  validation) is two lines however often it repeats; a run resumed from an earlier checkpoint
+  is its first line going on past the old last step, and a second line with the steps it
+  repeated. The readers merge a tag's segments by the time Aim stored with each point (one
+  writer tracks them one after another), so every point comes back in the order logged.
 * Media: the same, with ``aim.Image`` (PNG), ``aim.Distribution`` and ``aim.Text`` sequences.
 * Config: the run param ``hparams`` (where Aim's UI shows hyperparameters), keys as the core
   flattened them (``"optimizer.lr"``).
@@ -79,18 +82,19 @@ class Segments:
     """
 
     def __init__(self) -> None:
-        self._last: dict[str, tuple[int, int]] = {}
+        self._last: dict[str, list[int]] = {}  # tag -> the last step of each of its segments
 
     def resume(self, tag: str, segment: int, last_step: int) -> None:
-        if tag not in self._last or self._last[tag][0] <= segment:
-            self._last[tag] = (segment, last_step)
+        lasts = self._last.setdefault(tag, [])
+        while len(lasts) <= segment:
+            lasts.append(-1)  # a segment the continued run has no point in yet
+        lasts[segment] = max(lasts[segment], last_step)
 
     def place(self, tag: str, step: int) -> int:
-        found = self._last.get(tag)
-        if found is None:  # the tag's first point
-            return self._record(tag, 0, step)
-        return self._record(tag, found[0] if step > found[1] else found[0] + 1, step)
-
-    def _record(self, tag: str, segment: int, step: int) -> int:
-        self._last[tag] = (segment, step)
-        return segment
+        lasts = self._last.setdefault(tag, [])
+        for segment, last in enumerate(lasts):
+            if last < step:
+                lasts[segment] = step
+                return segment
+        lasts.append(step)
+        return len(lasts) - 1
