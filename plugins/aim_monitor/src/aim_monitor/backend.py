@@ -45,9 +45,9 @@ class AimMonitor:
     (0 .. 2**63-1, the float64 as logged, NaN and +-inf kept), in the tag's first *segment*
     (context ``{"segment": n}``, segment 0 none) whose last step is below it, else a new
     one, because Aim keeps one value per step of a sequence. Config: the run param
-    ``hparams``, merged by ``monitor_config``. Media: images as ``aim.Image`` (PNG, caption kept), histograms as
-    ``aim.Distribution`` (at most 512 bins; Aim keeps only the range, so the edges of a
-    histogram whose bins are not of equal width are kept in the run param
+    ``hparams``, merged by ``monitor_config``. Media: images as ``aim.Image`` (PNG, caption
+    kept), histograms as ``aim.Distribution`` (at most 512 bins; Aim keeps only the range,
+    so the edges of a histogram whose bins are not of equal width are kept in the run param
     ``core_monitor_histogram_edges`` and Aim's UI draws it with equal-width bins), text as
     ``aim.Text``.
 
