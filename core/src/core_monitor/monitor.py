@@ -551,7 +551,8 @@ class Monitor:
             crash: end the run as crashed, for this reason (one line, e.g. ``"the training
                 process raised ValueError: loss is NaN"``): every backend is told it
                 (``monitor_crash``) after its last write, as ``run.finish(exit_code=1)`` in
-                wandb and ``end_run(status="FAILED")`` in MLflow. ``None``: the run finishes.
+                wandb and ``end_run(status="FAILED")`` in MLflow. ``None`` (or ``""``): the
+                run finishes.
                 An exception leaving ``with Monitor(...)`` passes one (``crash_reason``).
 
         Every backend is flushed and closed even when another one raises; a second call, or
@@ -560,10 +561,6 @@ class Monitor:
         Raises:
             Exception: with ``strict=True``, the first exception a backend raised.
         """
-        self._close(timeout, crash)
-
-    def _close(self, timeout: float | None, crash: str | None = None) -> None:
-        """``close(timeout)``; the run ends as crashed for ``crash`` (why) when given."""
         if self._system is not None and not self._closed:
             self._system.stop()  # its last sample goes out with the rest
         with self._lock:
@@ -692,7 +689,6 @@ def local_folder(log_dir: str | os.PathLike[str] | None) -> Path | None:
             "csv and tensorboard backends write through fsspec), or "
             "MonitorLogger(save_dir=<URL>) in Lightning")
     return Path(log_dir)
-
 
 
 #: The longest reason ``crash_reason`` returns (characters): trackers keep it as a tag or a
