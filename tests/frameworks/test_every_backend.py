@@ -82,7 +82,14 @@ def deepspeed_csv(folder: Path) -> Rows:
 def test_a_deepspeed_experiment_monitors_section_naming_every_backend(log_dir, tmp_path):
     out = tmp_path / "out.json"
     done = run_script("ds_train.py", log_dir, out, "section", ",".join(BACKENDS), nproc=1)
-    print(f"--- the training script's stderr (its last 8000 characters)\n{done.stderr[-8000:]}")
+    # Shown by pytest when the test fails: ClearML's session was missing in about 1 of 4 CI
+    # runs, with nothing on stderr.
+    print(f"--- the training script's output (the last 8000 characters of each)\n"
+          f"{done.stdout[-8000:]}\n--- stderr\n{done.stderr[-8000:]}\n--- {log_dir}/clearml:")
+    for path in sorted((log_dir / "clearml").rglob("*")):
+        print(path.relative_to(log_dir), path.stat().st_size if path.is_file() else "/")
+        if path.name == "task.json":
+            print(path.read_text()[:600])
     result = load(out)
     assert sorted(result["backends"]) == sorted(BACKENDS) and result["enabled"] is True
     theirs = deepspeed_csv(log_dir / "csv" / "dsrun")
