@@ -100,7 +100,7 @@ def main() -> None:
     if torch.distributed.is_initialized():
         # Every rank ends together and takes its process group down: a rank that exited while
         # another still closed its monitor aborted in gloo's teardown ("terminate called
-        # without an active exception", SIGABRT) in about 1 of 10 runs.
+        # without an active exception", SIGABRT) in one frameworks run here.
         torch.distributed.barrier()
         torch.distributed.destroy_process_group()
 
