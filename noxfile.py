@@ -101,10 +101,10 @@ def pytest_runs(session: nox.Session, *args: str, marks: str = "",
 nox.options.default_venv_backend = "uv|virtualenv"
 # `nox`: what CI runs (bench and bench_dist measure, never gate; dev, pythons and bench_dist are
 # left out on purpose: lowest and newest run the edge Pythons). `CI=true bash .ci/run` on a clean
-# clone, 2 cores, nothing else running, warm package cache: 28 min 24 s in all (lint seconds,
-# typecheck 49 s, docs 4 s, tests 12 min, frameworks 7 min with DeepSpeed's CPU op built cold,
-# lowest 4 min, newest 4 min, release 39 s). The last landing before the thread default and the
-# merged edge sessions: 47 minutes.
+# clone, 2 cores, warm package cache, with other work on the machine during its tests session
+# (2026-12-06): 31 min 24 s in all (lint seconds, typecheck 46 s, docs 4 s, tests 13 min,
+# frameworks 7 min, lowest 4 min, newest 5 min, release 59 s). With one worker per CPU, the
+# run before: 35 min 31 s (tests 15 min, lowest 6 min).
 nox.options.sessions = ["lint", "typecheck", "docs", "tests", "frameworks", "lowest", "newest",
                         "release"]
 nox.options.error_on_external_run = True
