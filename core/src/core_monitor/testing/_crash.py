@@ -131,6 +131,22 @@ class CrashChecks:
             pytest.fail(f"after {death.upper()}, expected rows (tag, step) {want}, read_rows "
                         f"returned {got}", pytrace=False)
 
+    def test_a_run_closed_normally_reads_back_as_not_crashed(self, make_monitor, read_crash):
+        """``close()`` with no crash: ``read_crash`` returns ``None`` (the kit's monitors, in
+        this process)."""
+        if read_crash is None:
+            pytest.skip("the test class supplies no read_crash (RunInfo -> the crash reason "
+                        "or None, your reader module's read_crash)")
+        monitor = make_monitor()
+        for step in range(3):
+            monitor.log({"loss": step / 4}, step=step)
+        monitor.close()
+        crash = read_crash(monitor.run)
+        if crash is not None:
+            pytest.fail(f"a run ended by close() reads back as crashed ({crash!r}): read_crash "
+                        "must return None for a run monitor_close ended without "
+                        "monitor_crash", pytrace=False)
+
     def test_an_exception_in_with_reads_back_as_crashed(
         self, backend_class, backend_options, read_rows, read_crash, tmp_path, capabilities
     ):
