@@ -633,3 +633,23 @@ def test_system_charts_describe_the_training_process_not_the_writer(tmp_path):
                for item in stats.item if item.key == "proc.cpu.threads"]
     assert threads, "wandb sampled no process (no stats record)"
     assert max(threads) >= 40, f"wandb sampled a process with {max(threads)} threads: the writer"
+
+
+def test_media_logged_with_the_scalars_of_its_step_is_sent_again_when_only_they_were_stored():
+    """Scalars and an image of one ``log()`` reach the backend as two calls of the same step and
+    wall time. After a service died with the scalar row on disk and the image row in memory,
+    the image was taken for stored (rows were matched by step and time alone) and lost."""
+    import numpy as np
+
+    from core_monitor import Image
+    from core_monitor.media import MediaItem
+    from wandb_monitor.journal import Journal
+
+    kept = Journal("global_step")
+    row = {"loss": 0.5, "global_step": 5, "_timestamp": 1.0e9}
+    image = MediaItem("img", 5, 1.0e9, Image(np.zeros((2, 2, 3), dtype=np.uint8)))
+    kept.add_rows([row])
+    kept.add_media([image])
+    assert kept.missing({(5, 1.0e9, "loss")}) == [("media", [image])]
+    assert kept.missing({(5, 1.0e9, "img")}) == [("rows", [row])]
+    assert kept.missing({(5, 1.0e9, "loss"), (5, 1.0e9, "img")}) == []

@@ -10,8 +10,10 @@ the run (``resume="allow"``) and sends again what the file lacks (``WandbMonitor
 A call is known to be on disk once a marker sent after it is in the file
 (``_compat.publish_marker``): ``flush()`` sends one and waits for it; and whenever the calls
 kept weigh ``LIMIT`` bytes (estimated), one is sent without waiting, and checked for as
-later calls come. A row is matched to the file by its step metric and ``_timestamp`` (the
-``log`` call's wall time), read back from the file past the last marker found.
+later calls come. A value is matched to the file by its step metric, ``_timestamp`` (the
+``log`` call's wall time) and its key in the row, read back from the file past the last
+marker found: scalars and media logged in one ``log()`` reach the backend as two calls of the
+same step and wall time, so the key tells the scalar row from the media row.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any
 from core_monitor.media import Histogram, Image, MediaItem
 
 from . import _compat
+from .storage import escaped
 
 #: Bytes (estimated: 64 per scalar, an array's ``nbytes``, a text's length) of calls kept before
 #: a marker is sent to learn which of them are on disk. The calls take about 2-3 times as
@@ -33,8 +36,10 @@ LIMIT = 8 * 2**20
 #: Bytes reread before the last read end when looking for a marker (a token is 32 bytes).
 _OVERLAP = 64
 
-#: A row's identity in the file: (the step metric's value, ``_timestamp``).
-Key = tuple[Any, Any]
+#: A value's identity in the file: (the step metric's value, ``_timestamp``, its key in the row).
+Key = tuple[Any, Any, str]
+#: Keys of a history row that are not values logged by the plugin (wandb's own, and the time).
+_NOT_VALUES = ("_timestamp", "_step", "_runtime", "_wandb")
 
 
 class Journal:
@@ -118,7 +123,8 @@ class Journal:
             self._marker = (_compat.publish_marker(run), len(self.entries), size, size)
 
     def stored_keys(self, file: Path | None) -> set[Key]:
-        """The rows of ``file`` (the dead service's run file) past ``durable``, as ``Key``\\s."""
+        """The values of ``file`` (the dead service's run file) past ``durable``, as
+        ``Key``\\s."""
         keys: set[Key] = set()
         if file is None or not file.exists():
             return keys
@@ -128,20 +134,25 @@ class Journal:
             values = {item.key or ".".join(item.nested_key): item.value_json
                       for item in record.history.item}
             if self.step_metric in values and "_timestamp" in values:
-                keys.add((json.loads(values[self.step_metric]),
-                          json.loads(values["_timestamp"])))
+                step = json.loads(values[self.step_metric])
+                wall_time = json.loads(values["_timestamp"])
+                keys.update((step, wall_time, key) for key in values
+                            if key != self.step_metric and key not in _NOT_VALUES)
         return keys
 
     def missing(self, stored: set[Key]) -> list[tuple[str, list[Any]]]:
-        """The calls kept, each reduced to what ``stored`` lacks (rows, or media items, whose
-        ``Key`` is not in it), in order; calls wholly stored are left out."""
+        """The calls kept, each reduced to what ``stored`` lacks (rows with a value, or media
+        items, whose ``Key`` is not in it), in order; calls wholly stored are left out."""
+        metric = self.step_metric
         calls = []
         for kind, payload, _ in self.entries:
             if kind == "rows":
                 left = [row for row in payload
-                        if (row[self.step_metric], row["_timestamp"]) not in stored]
+                        if any((row[metric], row["_timestamp"], key) not in stored
+                               for key in row if key != metric and key not in _NOT_VALUES)]
             else:
-                left = [item for item in payload if (item.step, item.wall_time) not in stored]
+                left = [item for item in payload
+                        if (item.step, item.wall_time, escaped(item.tag, metric)) not in stored]
             if left:
                 calls.append((kind, left))
         return calls
