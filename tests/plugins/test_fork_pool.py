@@ -10,6 +10,7 @@ held at the fork), not a speed: speed belongs to ``benchmarks/``.
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 
 import pytest
@@ -27,7 +28,7 @@ pytestmark = [pytest.mark.skipif(sys.platform == "win32", reason="POSIX fork"),
               pytest.mark.process]
 
 POOL = """
-import json, multiprocessing, sys, time
+import faulthandler, json, multiprocessing, sys, time
 from core_monitor import Monitor
 
 def square(x):
@@ -35,6 +36,9 @@ def square(x):
 
 if __name__ == "__main__":
     log_dir, backend, dispatch, stall = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+    # Every thread's stack on stderr if this still runs long after the pool's own limit: the
+    # test shows it (a run in CI hung past the limit with thread-mode TensorBoard, once).
+    faulthandler.dump_traceback_later(stall + 60, exit=False)
     monitor = Monitor([backend], project="pool", name="parent", log_dir=log_dir,
                       dispatch=dispatch)
     for step in range(20):
@@ -55,8 +59,13 @@ if __name__ == "__main__":
 def test_a_fork_pool_returns_beside_the_backend(tmp_path, dispatch, backend):
     log_dir = tmp_path / "logs"
     log_dir.mkdir()
-    done = run_python(POOL, str(log_dir), backend, dispatch, str(STALL_SECONDS),
-                      cwd=tmp_path, timeout=STALL_SECONDS + 240, check=False)
+    try:
+        done = run_python(POOL, str(log_dir), backend, dispatch, str(STALL_SECONDS),
+                          cwd=tmp_path, timeout=STALL_SECONDS + 240, check=False)
+    except subprocess.TimeoutExpired as hung:
+        stderr = hung.stderr.decode(errors="replace") if isinstance(hung.stderr, bytes) else (
+            hung.stderr or "")
+        pytest.fail(f"the script hung; its stacks (faulthandler) and stderr:\n{stderr[-8000:]}")
     assert done.returncode == 0, done.stderr[-4000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["squares"] == [x * x for x in range(8)]
