@@ -91,6 +91,7 @@ def test_a_deepspeed_experiment_monitors_section_naming_every_backend(log_dir, t
         if path.name == "task.json":
             print(path.read_text()[:600])
     result = load(out)
+    print(f"--- failures {result['failures']}, undelivered {result['undelivered']}")
     assert sorted(result["backends"]) == sorted(BACKENDS) and result["enabled"] is True
     theirs = deepspeed_csv(log_dir / "csv" / "dsrun")
     samples = [s["global_samples"] for s in result["steps"]]

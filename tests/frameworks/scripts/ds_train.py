@@ -91,6 +91,7 @@ def main() -> None:
         result.update({
             "run": {"project": run.project, "name": run.name, "log_dir": str(run.log_dir)},
             "enabled": ds_monitor.enabled, "backends": monitor.backends,
+            "failures": dict(monitor.failures), "undelivered": dict(monitor.undelivered),
             "world_size": run.world_size,
         })
     if rank == 0:
