@@ -56,6 +56,9 @@ if __name__ == "__main__":
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("dispatch", MODES)
+@pytest.mark.flaky(reruns=1, reason="issue 43: thread-mode TensorBoard hung past the limit "
+                   "once in 4 clean-clone CI runs; the cause is not found (the stacks are "
+                   "shown on a hang); a second hang fails")
 def test_a_fork_pool_returns_beside_the_backend(tmp_path, dispatch, backend):
     log_dir = tmp_path / "logs"
     log_dir.mkdir()
