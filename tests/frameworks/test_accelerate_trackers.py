@@ -70,11 +70,10 @@ def comet_messages(folder: Path) -> list[dict[str, Any]]:
     return [json.loads(line)["payload"] for line in lines if line.strip()]
 
 
-def test_comet_config_and_log_as_comet_ml_tracker(tmp_path, log_dir, work_dir):
-    """``CometMLTest.test_init_trackers`` and ``test_log`` with both trackers in one run (one
-    process: the suite's thread dispatch):
-    the same parameters and metrics at the same steps; the string (``log_other`` there) is a
-    text sample here, and Comet's ``curr_step`` parameter is not logged (documented)."""
+def comet_beside_ours(tmp_path, log_dir, *, ours_first: bool):
+    """accelerate's ``CometMLTracker`` (offline, under ``tmp_path``) and ours (comet), started in
+    the order asked, given ``CONFIG`` and ``VALUES`` at step 0, ended; (our tracker, the
+    messages of Comet's archive)."""
     from comet_ml import ExperimentConfig
 
     builtin_dir = tmp_path / "comet-builtin"
@@ -82,12 +81,20 @@ def test_comet_config_and_log_as_comet_ml_tracker(tmp_path, log_dir, work_dir):
                              experiment_config=ExperimentConfig(
                                  offline_directory=str(builtin_dir)))
     monitor_tracker = ours(log_dir, "comet")
-    accelerator = Accelerator(log_with=[builtin, monitor_tracker])
+    trackers = [monitor_tracker, builtin] if ours_first else [builtin, monitor_tracker]
+    accelerator = Accelerator(log_with=trackers)
     accelerator.init_trackers("test_project", CONFIG)
     accelerator.log(VALUES, step=0)
     accelerator.end_training()
+    return monitor_tracker, comet_messages(builtin_dir)
 
-    theirs = comet_messages(builtin_dir)
+
+def test_comet_config_and_log_as_comet_ml_tracker(tmp_path, log_dir, work_dir):
+    """``CometMLTest.test_init_trackers`` and ``test_log`` with both trackers in one run (one
+    process: the suite's thread dispatch):
+    the same parameters and metrics at the same steps; the string (``log_other`` there) is a
+    text sample here, and Comet's ``curr_step`` parameter is not logged (documented)."""
+    monitor_tracker, theirs = comet_beside_ours(tmp_path, log_dir, ours_first=False)
     params = {p["param"]["paramName"]: p["param"]["paramValue"] for p in theirs
               if "param" in p and p["param"].get("source") == "manual"}  # not the command line
     metrics = sorted((p["metric"]["metricName"], p["metric"]["step"],
@@ -116,19 +123,7 @@ def test_comet_started_before_comet_ml_tracker_in_one_process(tmp_path, log_dir,
     comet_ml ends the process's current experiment whenever a new one starts; the plugin's
     experiment leaves the current one alone and never becomes it
     (``comet_monitor._compat.beside_current_experiment``)."""
-    from comet_ml import ExperimentConfig
-
-    builtin_dir = tmp_path / "comet-builtin"
-    builtin = CometMLTracker("test_project", online=False,
-                             experiment_config=ExperimentConfig(
-                                 offline_directory=str(builtin_dir)))
-    monitor_tracker = ours(log_dir, "comet")
-    accelerator = Accelerator(log_with=[monitor_tracker, builtin])
-    accelerator.init_trackers("test_project", CONFIG)
-    accelerator.log(VALUES, step=0)
-    accelerator.end_training()
-
-    theirs = comet_messages(builtin_dir)
+    monitor_tracker, theirs = comet_beside_ours(tmp_path, log_dir, ours_first=True)
     assert sorted((p["metric"]["metricName"], p["metric"]["step"],
                    float(p["metric"]["metricValue"])) for p in theirs if "metric" in p
                   and p["metric"]["metricName"] in VALUES) == NUMBERS
