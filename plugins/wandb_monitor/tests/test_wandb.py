@@ -653,3 +653,28 @@ def test_media_logged_with_the_scalars_of_its_step_is_sent_again_when_only_they_
     assert kept.missing({(5, 1.0e9, "loss")}) == [("media", [image])]
     assert kept.missing({(5, 1.0e9, "img")}) == [("rows", [row])]
     assert kept.missing({(5, 1.0e9, "loss"), (5, 1.0e9, "img")}) == []
+
+
+def test_media_on_disk_when_the_service_died_is_taken_for_stored(tmp_path):
+    """wandb stores a media value as nested keys (``img._type``, ``img.path``, ...): read back
+    as such, an image row that had reached the dead service's file was never matched, so it
+    was logged again in the new folder and read back twice (seen in CI's service-killed test).
+    Here the row is written through to the real run file and the journal is asked."""
+    import numpy as np
+
+    from core_monitor import Image
+    from core_monitor.media import MediaItem
+    from wandb_monitor import _compat
+
+    run = RunInfo(project="cases", name="media-on-disk", log_dir=tmp_path)
+    backend = WandbMonitor(run, **OPTIONS)
+    try:
+        image = MediaItem("img", 7, 1.0e9 + 7, Image(np.zeros((2, 2, 3), dtype=np.uint8)))
+        backend.monitor_write([Event("loss", 0.5, 7, 1.0e9 + 7)])
+        backend.monitor_write_media([image])
+        _compat.write_through(backend._run, backend.run_file)  # on disk, journal not told
+        stored = backend._journal.stored_keys(backend.run_file)
+        assert {(7, 1.0e9 + 7, "loss"), (7, 1.0e9 + 7, "img")} <= stored
+        assert backend._journal.missing(stored) == []
+    finally:
+        backend.monitor_close()

@@ -131,7 +131,9 @@ class Journal:
         for record in _compat.read_records(file, self.durable):
             if not record.HasField("history"):
                 continue
-            values = {item.key or ".".join(item.nested_key): item.value_json
+            # A media value is stored as nested keys (``img._type``, ``img.path``, ...): the
+            # first names the value.
+            values = {item.key or item.nested_key[0]: item.value_json
                       for item in record.history.item}
             if self.step_metric in values and "_timestamp" in values:
                 step = json.loads(values[self.step_metric])
