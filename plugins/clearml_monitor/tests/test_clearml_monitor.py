@@ -143,6 +143,34 @@ def test_a_writer_process_leaves_the_task_a_clearml_agent_runs(
     assert read_rows(monitor.run) == [("loss", 7, 2.0)]
 
 
+def test_a_training_process_started_by_a_process_that_closed_its_task_stores_its_rows(
+    tmp_path: Path,
+) -> None:
+    """A process that ran ``Task.init`` and closed the task (a launcher, a test runner; here
+    this test's process) leaves ``CLEARML_PROC_MASTER_ID=<its pid>:`` to the training script
+    it starts. ClearML took that script for its subprocess and, with no task to join, made
+    ``Task.init`` return a stub: with ``dispatch="thread"`` nothing was stored and nothing
+    said (seen as a missing session in the every-backend DeepSpeed test, after an in-process
+    ClearML test). The variables are back as they were after close."""
+    from interpreter import run_python
+
+    closed = f"{os.getpid()}:"
+    done = run_python(f"""
+        import json, os
+        from core_monitor import Monitor
+        with Monitor(["clearml"], project="p", name="child", log_dir={str(tmp_path)!r},
+                     dispatch="thread") as monitor:
+            monitor.log({{"loss": 2.0}}, step=7)
+        print(json.dumps([dict(monitor.failures),
+                          [os.environ.get(n) for n in ("CLEARML_PROC_MASTER_ID",
+                                                       "TRAINS_PROC_MASTER_ID")]]))
+        """, env={"CLEARML_PROC_MASTER_ID": closed, "TRAINS_PROC_MASTER_ID": closed})
+    failures, after = json.loads(done.stdout.splitlines()[-1])
+    assert failures == {}, done.stderr[-2000:]
+    assert read_rows(RunInfo(project="p", name="child", log_dir=tmp_path)) == [("loss", 7, 2.0)]
+    assert after == [closed, closed]
+
+
 def test_the_task_layout_is_the_documented_one(tmp_path: Path) -> None:
     """The layout ``docs/frameworks/accelerate.md`` and ``transformers.md`` set against the
     built-in ClearML trackers': config as typed hyperparameters in the section ``General``;

@@ -167,6 +167,7 @@ class ClearmlMonitor:
         self._info = run
         self._quiet = quiet
         self._master_before = {name: os.environ.get(name) for name in MASTER_VARIABLES}
+        _leave_closed_parent_task()
         _compat.use_report_thread()
         _compat.no_update_check()  # Task.init would ask updates.clear.ml, offline too
         if offline:
@@ -330,6 +331,20 @@ def _leave_inherited_task() -> None:
     for name in INHERITED_TASK_VARIABLES:
         os.environ.pop(name, None)
     _compat.forget_remote_task()
+
+
+def _leave_closed_parent_task() -> None:
+    """In the training process, drop ``MASTER_VARIABLES`` that name another process and no
+    task (``<pid>:``, what ``Task.close()`` leaves in a process that ran ``Task.init``, e.g.
+    a launcher or a test runner, inherited by the training script it started). ClearML takes
+    such a process for a subprocess of that one and, finding no task to join, makes
+    ``Task.init`` return a stub that stores nothing, without a word. ``monitor_close`` puts
+    them back. A variable naming a task (``<pid>:<id>``) is kept: ``Task.current_task()`` is
+    that task then, and ``__init__`` refuses it."""
+    for name in MASTER_VARIABLES:
+        pid, _, task = os.environ.get(name, "").partition(":")
+        if pid and pid != str(os.getpid()) and not task:
+            del os.environ[name]
 
 
 @contextmanager
