@@ -76,3 +76,15 @@ def dvc_work_dir(work_dir: Path) -> Path:
 
     Repo.init(str(work_dir), no_scm=True).close()
     return work_dir
+
+
+@pytest.fixture
+def clearml_task_here(monkeypatch: pytest.MonkeyPatch) -> None:
+    """For a test that opens a ClearML task in this process (a built-in tracker beside ours):
+    ``Task.init`` sets ``CLEARML_PROC_MASTER_ID`` and ``TRAINS_PROC_MASTER_ID`` in
+    ``os.environ`` (``<pid>:<task id>``, ``<pid>:`` after ``close()``), which every later
+    script of this worker would inherit and ClearML would take for a child of this process.
+    Both are unset again after the test."""
+    for name in ("CLEARML_PROC_MASTER_ID", "TRAINS_PROC_MASTER_ID"):
+        monkeypatch.setenv(name, "")  # recorded as unset, so the undo removes what is set
+        monkeypatch.delenv(name)

@@ -182,7 +182,8 @@ def run_ours(log_dir: Path, backend: str, calls) -> MonitorTracker:
 # ClearML allows one task per process and the suite runs ours in this process (thread
 # dispatch; beside a task, writer processes are the clearml plugin's tests' concern): the two
 # trackers run one after the other on the same calls.
-def test_clearml_config_as_clearml_tracker(tmp_path, log_dir, work_dir, monkeypatch):
+def test_clearml_config_as_clearml_tracker(tmp_path, log_dir, work_dir, monkeypatch,
+                                          clearml_task_here):
     """``ClearMLTest.test_init_trackers``: the same config; the built-in tracker's is the
     configuration object ``General`` (``connect_configuration``), ours the hyperparameter
     section ``General`` with each value's type (documented)."""
@@ -205,7 +206,8 @@ def test_clearml_config_as_clearml_tracker(tmp_path, log_dir, work_dir, monkeypa
     assert "General" not in (ours_task.get("configuration") or {})
 
 
-def test_clearml_log_as_clearml_tracker(tmp_path, log_dir, work_dir, monkeypatch):
+def test_clearml_log_as_clearml_tracker(tmp_path, log_dir, work_dir, monkeypatch,
+                                       clearml_task_here):
     """``ClearMLTest.test_log``: values with a step are scalars at that iteration in both;
     the built-in tracker titles them by the ``eval_``/``test_``/``train_`` prefix (series
     ``eval``/``test``/``train``) and stores values logged without a step as single values

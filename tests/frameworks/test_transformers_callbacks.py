@@ -203,7 +203,8 @@ def clearml_events(session: Path) -> list[dict[str, Any]]:
 # ClearML allows one task per process and the suite runs ours in this process (thread
 # dispatch; beside a task, writer processes are the clearml plugin's tests' concern): the two
 # callbacks run in two identical seeded runs, one after the other.
-def test_clearml_callback_and_monitor_callback(tmp_path, log_dir, work_dir, monkeypatch):
+def test_clearml_callback_and_monitor_callback(tmp_path, log_dir, work_dir, monkeypatch,
+                                               clearml_task_here):
     """``ClearMLCallback`` titles scalars ``train``/``eval`` with the key as the series
     (``train`` / ``loss``) and stores the end-of-training values and ``epoch`` as single
     values; ours keeps the Trainer's tag whole as the series (``train/loss``, plot ``train``)
