@@ -322,8 +322,11 @@ def lowest_pins(wheel: str) -> list[str]:
 #: run of each plugin's tests: its contract kit (every write and read path of the plugin
 #: through the SDK, one writer-process round trip included) and its SDK checks (tests named
 #: for a missing internal, the SDK or its version). The plugin's other tests run in ``tests``
-#: (``nox -s "plugin(name='...')"`` runs them all); this keeps CI within its time.
-EDGE_TESTS = ["-k", "Contract or internal or sdk or version"]
+#: (``nox -s "plugin(name='...')"`` runs them all); this keeps CI within its time. ``core``
+#: keeps ``PYTHON_TESTS`` whole in the same pytest run (``-k`` matches a test's folder names
+#: too; two plugin tests with "core" in their names come along), so that one run's workers
+#: share both: two runs cost a pytest start and an idle tail each.
+EDGE_TESTS = ["-k", "core or Contract or internal or sdk or version"]
 
 
 def every_plugins_tests(session: nox.Session) -> list[str]:
@@ -395,10 +398,8 @@ def edge_tests(session: nox.Session, *pytest_args: str) -> None:
     if session.posargs:
         session.run("pytest", "--timeout=600", *pytest_args, *session.posargs, env=env)
         return
-    pytest_runs(session, "--timeout=600", *pytest_args, *PYTHON_TESTS, marks="not heavy",
-                env=env)
-    session.run("pytest", "--timeout=600", *PARALLEL, *pytest_args,
-                *every_plugins_tests(session), *EDGE_TESTS, env=env)
+    pytest_runs(session, "--timeout=600", *pytest_args, *PYTHON_TESTS,
+                *every_plugins_tests(session), *EDGE_TESTS, marks="not heavy", env=env)
 
 
 # Lowest and newest SDKs ----------------------------------------------------------------------
