@@ -14,8 +14,9 @@ its lock and has its backends write and flush what they hold (so no half-filled 
 copied into the child; ``after_fork_in_parent()`` lets go); right after it, in the child,
 ``after_fork_in_child()`` makes it inert and the child's registry starts empty, so the child's
 ``sys.exit``, atexit and SIGTERM never flush, close or finish the parent's runs, and the child
-exits at once. A child started with ``spawn`` or ``forkserver`` imports afresh: a ``Monitor``
-it creates is an ordinary new run.
+exits at once; SIGTERM is blocked across the ``fork()`` itself, so a child terminated before
+it first ran (``Pool.terminate()`` after quick work) still dies of it. A child started with
+``spawn`` or ``forkserver`` imports afresh: a ``Monitor`` it creates is an ordinary new run.
 """
 
 from __future__ import annotations
@@ -99,15 +100,44 @@ def close_all() -> None:
             logger.exception("closing %r at exit failed", closeable)
 
 
+#: Whether ``_before_fork`` blocked SIGTERM in the forking thread (``_unblock_sigterm``).
+_sigterm_blocked = False
+
+
+def _block_sigterm() -> None:
+    """Block SIGTERM in the forking thread across ``fork()`` while this module's handler is
+    installed. A child gets the parent's Python-level handler, and a SIGTERM that reaches it
+    before CPython's own after-fork step (a ``Pool`` that finished its work and terminates a
+    worker not yet scheduled) is cleared there with Python's other pending signals: the child
+    lives on, and ``Pool.terminate()`` waits for it forever (95 of 100 children sent SIGTERM
+    right after ``fork()`` survived it). Blocked, the signal waits in the kernel until
+    ``_after_fork_in_child`` has put the default action back, then ends the child."""
+    global _sigterm_blocked
+    if _sigterm_installed and hasattr(signal, "pthread_sigmask"):
+        before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        _sigterm_blocked = signal.SIGTERM not in before
+
+
+def _unblock_sigterm() -> None:
+    """Undo ``_block_sigterm`` (in the parent's forking thread, or the child's one thread): a
+    SIGTERM that arrived meanwhile is delivered now."""
+    global _sigterm_blocked
+    if _sigterm_blocked:
+        _sigterm_blocked = False
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+
+
 def _before_fork() -> None:
     for closeable in list(_open.values()):
         try:
             closeable.before_fork()
         except Exception:  # never make the fork fail
             logger.exception("flushing %r before a fork failed", closeable)
+    _block_sigterm()  # last: a SIGTERM to this process waits for the fork only
 
 
 def _after_fork_in_parent() -> None:
+    _unblock_sigterm()
     for closeable in list(_open.values()):
         try:
             closeable.after_fork_in_parent()
@@ -128,6 +158,7 @@ def _after_fork_in_child() -> None:
             _sigterm_installed = False
         except (ValueError, OSError):  # not the main thread: the handler then closes nothing
             pass
+    _unblock_sigterm()  # a SIGTERM sent meanwhile (``_block_sigterm``) ends the child now
     for closeable in inherited:
         try:
             closeable.after_fork_in_child()
