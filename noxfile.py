@@ -75,7 +75,7 @@ SUITE = ["tests", *(str(folder / "tests") for folder in PLUGINS.values()),
          "--ignore=tests/frameworks"]
 #: psycopg2-binary: the MLflow server of the delivery tests keeps its store in PostgreSQL
 #: (tests/postgres_server.py); psutil and nvidia-ml-py: the system metrics sampler.
-TEST_DEPS = ["pytest>=8", "pytest-timeout", "pytest-xdist", "pytest-rerunfailures", "numpy",
+TEST_DEPS = ["pytest>=8", "pytest-timeout", "pytest-xdist", "numpy",
              "uv", "psutil",
              "nvidia-ml-py", "fsspec", "psycopg2-binary"]
 #: pytest-xdist: one worker more than the CPUs, each test module (or test class) on one worker,
