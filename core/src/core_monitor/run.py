@@ -52,7 +52,9 @@ class RunInfo:
         group: the job's run group when every rank writes a run of its own
             (``rank_zero_only=False`` and more than one rank): the run ``name``, the same on
             every rank; ``None`` otherwise. A backend whose tracker groups runs uses it where
-            the user gave no group of their own (wandb and Trackio ``group``, an MLflow tag).
+            the user gave no group of their own (wandb, Trackio and SwanLab ``group``; the
+            MLflow tag, Aim run param and Comet "Other" ``job.group``; the ClearML tag
+            ``job.group: <group>``).
         system_metrics: seconds between two samples of the core's system sampler
             (``Monitor(system_metrics=...)``), or ``None`` when it is off. When set, a
             backend turns its SDK's own system sampler off (wandb's stats, Trackio's GPU and
@@ -88,10 +90,11 @@ class RunInfo:
         """The name of this rank's own run: ``name`` on rank 0, ``<name>-rank<rank>`` above.
 
         With ``Monitor(..., rank_zero_only=False)`` every rank writes, each into a run of its
-        own; the Trackio, wandb and MLflow backends and the plugins ``monitors new`` writes
-        name those runs this way, so one job's runs sort together in a tracker's run list
-        (``ddp``, ``ddp-rank1``, ...). A backend whose storage nests runs may use
-        ``rank`` itself instead (TensorBoard's sub-run ``<name>/rank<rank>``).
+        own; the Trackio, wandb, MLflow, SwanLab, Aim, ClearML, Comet, DVCLive and CSV
+        backends and the plugins ``monitors new`` writes name those runs this way, so one
+        job's runs sort together in a tracker's run list (``ddp``, ``ddp-rank1``, ...). A
+        backend whose storage nests runs may use ``rank`` itself instead (TensorBoard's
+        sub-run ``<name>/rank<rank>``).
         """
         return self.name if self.rank == 0 else f"{self.name}-rank{self.rank}"
 

@@ -189,6 +189,35 @@ def test_resume_continues_the_run_after_its_segments(tmp_path: Path, repo: str) 
     assert read_config(second.run) == {"late": 1}
 
 
+def test_every_ranks_run_is_found_by_the_jobs_group(tmp_path: Path, repo: str,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """``rank_zero_only=False``, two ranks: both runs (``ddp``, ``ddp-rank1``) hold the job's
+    group as the run param ``job.group``, so Aim's own query ``run.job.group == "ddp"`` (what
+    its explorers group by) finds the two and not a run of one process, which holds none."""
+    from aim import Repo
+    from aim.sdk.types import QueryReportMode
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    runs = []
+    for rank in (0, 1):
+        monkeypatch.setenv("RANK", str(rank))
+        with Monitor(["aim"], project="p", name="ddp", log_dir=tmp_path,
+                     rank_zero_only=False) as monitor:
+            monitor.log({"loss": float(rank)}, step=0)
+        runs.append(monitor.run)
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    monkeypatch.setenv("RANK", "0")
+    with Monitor(["aim"], project="p", name="alone", log_dir=tmp_path,
+                 rank_zero_only=False) as alone:
+        alone.log({"loss": 2.0}, step=0)
+    assert [aim_monitor.reader.read_group(run) for run in [*runs, alone.run]] == [
+        "ddp", "ddp", None]
+    found = Repo(repo).query_runs('run.job.group == "ddp"',
+                                  report_mode=QueryReportMode.DISABLED)
+    assert sorted(view.run.name for view in found.iter_runs()) == ["ddp", "ddp-rank1"]
+    assert [read_rows(run) for run in runs] == [[("loss", 0, 0.0)], [("loss", 0, 1.0)]]
+
+
 def test_crash_marks_the_run(tmp_path: Path, repo: str) -> None:
     run = RunInfo(project="p", name="r", log_dir=tmp_path)
     backend = AimMonitor(run)

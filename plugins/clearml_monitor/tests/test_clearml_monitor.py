@@ -206,6 +206,41 @@ def test_the_task_detects_no_repository_and_scans_no_requirements(tmp_path: Path
     assert not any(requirements.values()), requirements
 
 
+def test_every_ranks_task_has_the_jobs_group_tag(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """``rank_zero_only=False``, two ranks: each rank's task (``ddp``, ``ddp-rank1``) has the tag
+    ``job.group: ddp`` beside the user's tags, in its session's ``task.json`` (what ClearML's UI
+    filters the project's tasks by once imported). A ``job.group:`` tag of the user's wins; a
+    job of one process gets none."""
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    runs = []
+    for rank in (0, 1):
+        monkeypatch.setenv("RANK", str(rank))
+        with Monitor(["clearml"], project="p", name="ddp", log_dir=tmp_path,
+                     rank_zero_only=False, clearml={"tags": ["baseline"]}) as monitor:
+            monitor.log({"loss": float(rank)}, step=0)
+        runs.append(monitor.run)
+    with Monitor(["clearml"], project="p", name="own", log_dir=tmp_path, rank_zero_only=False,
+                 clearml={"tags": ["job.group: sweep-1"]}) as own:
+        pass
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    monkeypatch.setenv("RANK", "0")
+    with Monitor(["clearml"], project="p", name="alone", log_dir=tmp_path,
+                 rank_zero_only=False) as alone:
+        pass
+
+    def tags(run: RunInfo) -> list[str]:
+        task = json.loads((clearml_monitor.find_session(run) / "task.json").read_text())
+        return sorted(task.get("tags") or [])  # ClearML keeps a task's tags as a set
+
+    assert [run.ranked_name for run in runs] == ["ddp", "ddp-rank1"]
+    assert [tags(run) for run in runs] == [["baseline", "job.group: ddp"]] * 2
+    assert (tags(own.run), tags(alone.run)) == (["job.group: sweep-1"], [])
+    assert [clearml_monitor.reader.read_group(run) for run in [*runs, own.run, alone.run]] == [
+        "ddp", "ddp", "sweep-1", None]
+    assert [read_rows(run) for run in runs] == [[("loss", 0, 0.0)], [("loss", 0, 1.0)]]
+
+
 def test_crash_marks_the_task(tmp_path: Path) -> None:
     from clearml.utilities.check_updates import CheckPackageUpdates
 

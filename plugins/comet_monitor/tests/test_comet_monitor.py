@@ -241,6 +241,32 @@ def test_a_crash_is_marked_on_the_experiment_and_every_row_kept(tmp_path):
     assert read_crash(normal) is None and read_tags(normal) == []
 
 
+def test_every_ranks_experiment_holds_the_jobs_group(tmp_path, monkeypatch):
+    """``rank_zero_only=False``, two ranks: each rank's experiment (``ddp``, ``ddp-rank1``, an
+    archive each) holds the "Other" value ``job.group`` = ``ddp`` in its archive, the column
+    Comet's project view groups them by; a job of one process holds none."""
+    from comet_monitor.reader import read_group
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    runs = []
+    for rank in (0, 1):
+        monkeypatch.setenv("RANK", str(rank))
+        with Monitor(["comet"], project="p", name="ddp", log_dir=tmp_path,
+                     rank_zero_only=False) as monitor:
+            monitor.log({"loss": float(rank)}, step=0)
+        runs.append(monitor.run)
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    monkeypatch.setenv("RANK", "0")
+    with Monitor(["comet"], project="p", name="alone", log_dir=tmp_path,
+                 rank_zero_only=False) as alone:
+        pass
+    assert [read_others(run)["Name"] for run in runs] == ["ddp", "ddp-rank1"]
+    assert [read_others(run).get("job.group") for run in [*runs, alone.run]] == [
+        "ddp", "ddp", None]
+    assert [read_group(run) for run in [*runs, alone.run]] == ["ddp", "ddp", None]
+    assert [read_rows(run) for run in runs] == [[("loss", 0, 0.0)], [("loss", 0, 1.0)]]
+
+
 def test_what_was_flushed_survives_the_writer_being_killed(tmp_path):
     """Comet writes its archive only at ``end()``; ``monitor_flush`` writes it as it stands.
     A process that flushed and then died without ending the experiment (``os._exit``: no

@@ -19,7 +19,7 @@ from swanlab_monitor import (
     read_media,
     read_rows,
 )
-from swanlab_monitor.reader import read_crash
+from swanlab_monitor.reader import read_crash, read_group
 from swanlab_monitor.steps import StepSet
 from swanlab_monitor.storage import key_of, tag_of
 
@@ -135,6 +135,41 @@ def test_a_crash_finishes_the_run_crashed_with_the_reason(tmp_path):
     backend.monitor_close()
     assert read_finish(RunInfo(project="p", name="r", log_dir=tmp_path)) == (
         "RUN_STATE_CRASHED", "the training process (pid 1) ended without closing the monitor")
+
+
+def test_every_ranks_run_is_in_the_jobs_group(tmp_path, monkeypatch):
+    """``rank_zero_only=False``, two ranks: each rank's run (``ddp``, ``ddp-rank1``) is in the
+    SwanLab group ``ddp`` (``RunInfo.group``), read back from each run's start record. A group
+    of the user's wins: the ``group`` option, or SwanLab's own ``SWANLAB_GROUP``; a job of one
+    process has none."""
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    runs = []
+    for rank in (0, 1):
+        monkeypatch.setenv("RANK", str(rank))
+        with Monitor(["swanlab"], project="p", name="ddp", log_dir=tmp_path,
+                     rank_zero_only=False) as monitor:
+            monitor.log({"loss": float(rank)}, step=0)
+        runs.append(monitor.run)
+    assert [run.ranked_name for run in runs] == ["ddp", "ddp-rank1"]
+    assert [read_group(run) for run in runs] == ["ddp", "ddp"]
+    assert [read_rows(run) for run in runs] == [[("loss", 0, 0.0)], [("loss", 0, 1.0)]]
+
+    with Monitor(["swanlab"], project="p", name="own", log_dir=tmp_path, rank_zero_only=False,
+                 swanlab={"group": "sweep-1"}) as own:
+        pass
+    monkeypatch.setenv("SWANLAB_GROUP", "from-env")
+    with Monitor(["swanlab"], project="p", name="env", log_dir=tmp_path,
+                 rank_zero_only=False) as env:
+        pass
+    monkeypatch.delenv("SWANLAB_GROUP")
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    monkeypatch.setenv("RANK", "0")
+    with Monitor(["swanlab"], project="p", name="alone", log_dir=tmp_path,
+                 rank_zero_only=False) as alone:
+        pass
+    assert (own.run.group, env.run.group, alone.run.group) == ("own", "env", None)
+    assert (read_group(own.run), read_group(env.run), read_group(alone.run)) == (
+        "sweep-1", "from-env", None)
 
 
 def test_step_set_keeps_ranges_and_refuses_a_step_it_holds():

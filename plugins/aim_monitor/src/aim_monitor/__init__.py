@@ -7,7 +7,7 @@ shows the runs. See ``AimMonitor`` for the options and ``aim_monitor.storage`` f
 config and the crash mark are stored.
 
 Modules, each importing only those listed after it: ``backend`` (``AimMonitor``: the hooks),
-``reader`` (read-back through ``aim.Repo``: scalars, config, media, crash), ``storage``
+``reader`` (read-back through ``aim.Repo``: scalars, config, media, crash, group), ``storage``
 (repository, segments, param names), ``_compat`` (the Aim internals used, and their check).
 
 Importing this package imports no Aim: the SDK is imported when a monitor starts.

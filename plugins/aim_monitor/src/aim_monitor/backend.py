@@ -20,6 +20,8 @@ from .storage import (
     CRASH_KEY,
     CRASH_TAG,
     EDGES_KEY,
+    GROUP_KEY,
+    GROUP_PARAM,
     HPARAMS,
     Segments,
     context_of,
@@ -49,7 +51,9 @@ class AimMonitor:
     kept), histograms as ``aim.Distribution`` (at most 512 bins; Aim keeps only the range,
     so the edges of a histogram whose bins are not of equal width are kept in the run param
     ``core_monitor_histogram_edges`` and Aim's UI draws it with equal-width bins), text as
-    ``aim.Text``.
+    ``aim.Text``. With ``rank_zero_only=False`` every rank's run holds the job's run group
+    (``RunInfo.group``) as the run param ``job.group``: Aim's explorers group the job's runs
+    by ``run.job.group``.
 
     Nothing that samples or patches the process: ``system_tracking_interval=None`` (no CPU,
     memory or GPU sampling thread), ``log_system_params=False`` (no packages, environment
@@ -110,6 +114,8 @@ class AimMonitor:
             self._run.name = run.ranked_name
         for tag in tags or ():
             self._run.add_tag(tag)
+        if run.group is not None:  # every rank's run: the job's, for Aim's "Group by"
+            self._run[GROUP_PARAM] = {GROUP_KEY: run.group}
         if run.config or earlier is None:
             self._merge_config(dict(run.config))
 

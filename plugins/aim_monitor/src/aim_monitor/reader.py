@@ -18,9 +18,18 @@ from core_monitor import RunInfo
 from core_monitor.media import Histogram, Image, Text
 
 from . import _compat
-from .storage import CRASH_KEY, EDGES_KEY, HPARAMS, repo_path, segment_of
+from .storage import (
+    CRASH_KEY,
+    EDGES_KEY,
+    GROUP_KEY,
+    GROUP_PARAM,
+    HPARAMS,
+    repo_path,
+    segment_of,
+)
 
-__all__ = ["find_run", "last_steps", "read_config", "read_crash", "read_media", "read_rows"]
+__all__ = ["find_run", "last_steps", "read_config", "read_crash", "read_group", "read_media",
+           "read_rows"]
 
 #: Aim's sequence types of the media this plugin stores, and the ``read_media`` value of each.
 MEDIA_DTYPES = ("aim.image", "aim.distribution", "aim.text")
@@ -123,6 +132,15 @@ def read_crash(run: RunInfo, *, repo: str | None = None,
     with find_run(run, repo=repo, experiment=experiment) as aim_run:
         reason = aim_run.get(CRASH_KEY, None)
         return None if reason is None else str(reason)
+
+
+def read_group(run: RunInfo, *, repo: str | None = None,
+               experiment: str | None = None) -> str | None:
+    """The job's run group the run holds (the run param ``job.group``, written with
+    ``rank_zero_only=False``); ``None`` when it holds none. Args, Raises: as ``find_run``."""
+    with find_run(run, repo=repo, experiment=experiment) as aim_run:
+        group = aim_run.get((GROUP_PARAM, GROUP_KEY), None)
+        return None if group is None else str(group)
 
 
 def read_media(run: RunInfo, *, repo: str | None = None,

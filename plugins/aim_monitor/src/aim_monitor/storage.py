@@ -21,6 +21,10 @@
 * Media: the same, with ``aim.Image`` (PNG), ``aim.Distribution`` and ``aim.Text`` sequences.
 * Config: the run param ``hparams`` (where Aim's UI shows hyperparameters), keys as the core
   flattened them (``"optimizer.lr"``).
+* Group: with ``rank_zero_only=False`` every rank's run holds the job's run group
+  (``RunInfo.group``) as the run param ``job`` = ``{"group": <group>}``: ``run.job.group`` in
+  Aim's queries (``run.job.group == "<name>"``) and in its explorers' "Group by". Aim runs have
+  no group of their own; the experiment stays the project's.
 * Crash: the run param ``core_monitor_crash`` (the reason), the run tag ``crashed`` and an
   error record in the run's logs (``run.log_error``).
 """
@@ -37,6 +41,9 @@ from core_monitor import RunInfo
 HPARAMS = "hparams"
 #: The context key of a segment after the first (see the module docstring).
 SEGMENT_KEY = "segment"
+#: The run param, and its key, holding the job's run group (``RunInfo.group``): Aim's
+#: ``run.job.group``.
+GROUP_PARAM, GROUP_KEY = "job", "group"
 #: The run param holding why the run ended by a crash.
 CRASH_KEY = "core_monitor_crash"
 #: The run tag added to a run that ended by a crash.

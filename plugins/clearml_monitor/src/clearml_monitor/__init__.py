@@ -9,9 +9,9 @@ Select it as ``Monitor(["clearml"], project=..., log_dir=...)``. See ``ClearmlMo
 the options and ``clearml_monitor.storage`` for the session's files.
 
 Modules, each importing only those listed after it: ``backend`` (``ClearmlMonitor``: the
-hooks), ``reader`` (read-back from the session's files: scalars, media, config, crash), ``storage``
-(folders, title and series of a tag, the media's files and events), ``_compat`` (the ClearML
-calls and internals used, and their check).
+hooks), ``reader`` (read-back from the session's files: scalars, media, config, crash,
+group), ``storage`` (folders, title and series of a tag, the media's files and events, the group
+tag), ``_compat`` (the ClearML calls and internals used, and their check).
 
 Importing this package imports no ClearML: the SDK is imported when a monitor starts.
 """

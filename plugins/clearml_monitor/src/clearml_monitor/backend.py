@@ -34,6 +34,7 @@ from .storage import (
     TEXT_EXTENSION,
     cache_dir,
     title_of,
+    with_group_tag,
 )
 
 if TYPE_CHECKING:
@@ -93,7 +94,10 @@ class ClearmlMonitor:
     and its UI does not show it); a text as a debug sample ``.txt`` of its UTF-8 bytes (ClearML's
     ``report_text`` lines have no iteration); a histogram as ClearML's histogram plot
     (``logger.report_histogram``: counts as bars at the bin centres, of the bins' widths, each
-    bin's exact edges kept with it). Every sample is kept (``max_history=-1``).
+    bin's exact edges kept with it). Every sample is kept (``max_history=-1``). With
+    ``rank_zero_only=False`` every rank's task has the tag ``job.group: <RunInfo.group>``
+    (``storage.GROUP_TAG_PREFIX``; a ``job.group:`` tag in ``tags`` wins): filter the
+    project's tasks by it to see the job's.
 
     Nothing that samples, patches or scans the process: ``auto_connect_frameworks`` every
     framework and ``detect_repository`` off (``_compat.NOTHING_CONNECTED``),
@@ -116,7 +120,8 @@ class ClearmlMonitor:
 
     Args:
         run: the run (project, name, config, log_dir, rank) from the core.
-        tags: task tags, a sequence of non-empty ``str``.
+        tags: task tags, a sequence of non-empty ``str`` (with ``rank_zero_only=False``, and
+            the tag ``job.group: <group>``).
         offline: ``True`` (default): an offline session under ``log_dir``, nothing sent;
             ``False``: the server of ClearML's own configuration (``clearml.conf``,
             ``CLEARML_API_HOST``).
@@ -178,7 +183,7 @@ class ClearmlMonitor:
         with _cache_dir(run), self._silenced(), _own_signal_handlers():
             self._task: Any = Task.init(
                 project_name=run.project, task_name=run.ranked_name,
-                tags=list(tags) if tags else None, reuse_last_task_id=False,
+                tags=with_group_tag(tags or (), run.group) or None, reuse_last_task_id=False,
                 auto_connect_frameworks=dict(_compat.NOTHING_CONNECTED),
                 auto_connect_arg_parser=False, auto_resource_monitoring=False,
                 auto_connect_streams=False)

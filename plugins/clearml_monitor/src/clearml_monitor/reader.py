@@ -5,8 +5,9 @@ The run's session is the newest folder ``<cache>/offline/*/`` whose ``task.json`
 run's project and ``RunInfo.ranked_name`` (``storage.cache_dir``). Scalars and media come from
 ``metrics.jsonl`` in the order reported (an image's or a text's file from the session's
 ``data`` folder, by the event's ``key``, as ClearML's own ``import_offline_session`` finds it),
-the config from ``task.json``'s hyperparameters, the crash mark from ``log.jsonl``. numpy and
-Pillow (ClearML's own requirements) are imported by ``read_media`` only.
+the config from ``task.json``'s hyperparameters (the group from its tags), the crash mark
+from ``log.jsonl``. numpy and Pillow (ClearML's own requirements) are imported by
+``read_media`` only.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from .storage import (
     CAPTION_CHUNK,
     CRASH_PREFIX,
     DATA_FOLDER,
+    GROUP_TAG_PREFIX,
     HISTOGRAM_EDGES,
     IMAGE_EXTENSION,
     PLOT_EVENT,
@@ -34,7 +36,7 @@ from .storage import (
     cache_dir,
 )
 
-__all__ = ["find_session", "read_config", "read_crash", "read_media", "read_rows"]
+__all__ = ["find_session", "read_config", "read_crash", "read_group", "read_media", "read_rows"]
 
 #: ``task.json``'s value type -> how to read the value back (other types stay text).
 _TYPES: dict[str, Callable[[str], Any]] = {
@@ -128,6 +130,18 @@ def read_crash(run: RunInfo, *, cache: str | Path | None = None) -> str | None:
         message = str(event.get("msg", ""))
         if event.get("level") == "error" and message.startswith(CRASH_PREFIX):
             return message[len(CRASH_PREFIX):]
+    return None
+
+
+def read_group(run: RunInfo, *, cache: str | Path | None = None) -> str | None:
+    """The job's run group named by the task's tag ``job.group: <group>`` (``task.json``'s
+    tags); ``None`` when it has none. Args, Raises: as ``find_session``."""
+    session = find_session(run, cache=cache)
+    task = _task(session / "task.json") or {}
+    prefix = GROUP_TAG_PREFIX.rstrip()  # a tag of the user's may have no space after it
+    for tag in task.get("tags") or []:
+        if str(tag).startswith(prefix):
+            return str(tag)[len(prefix):].strip()
     return None
 
 

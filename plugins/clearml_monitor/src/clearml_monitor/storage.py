@@ -26,12 +26,18 @@ Media, each at ``(title, series, iteration)`` = ``(title_of(tag), tag, step)`` l
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 from core_monitor import RunInfo
 
 #: The hyperparameter section the config is stored in (ClearML's default for ``connect``).
 SECTION = "General"
+#: The start of the task tag naming the job's run group (``RunInfo.group``) when every rank
+#: writes a task of its own: ``job.group: <group>``, after ClearML's own ``pipe: <id>`` tag
+#: on a pipeline's steps. ClearML tasks have no group field; its UI filters a project's tasks
+#: by tag.
+GROUP_TAG_PREFIX = "job.group: "
 #: The start of the ``log.jsonl`` error line ``monitor_crash`` writes (the reason follows).
 CRASH_PREFIX = "core-monitor crash: "
 #: The task tag ``monitor_crash`` adds.
@@ -59,6 +65,14 @@ def title_of(tag: str) -> str:
     one), so ``train/loss`` and ``train/acc`` share the plot ``train``; the series is the whole
     tag, which gives the tag back exactly."""
     return tag.rpartition("/")[0] or tag
+
+
+def with_group_tag(tags: Sequence[str], group: str | None) -> list[str]:
+    """``tags`` and the tag ``job.group: <group>`` (``GROUP_TAG_PREFIX``), unless ``group`` is
+    ``None`` or ``tags`` has a ``job.group:`` tag of the user's already (theirs wins)."""
+    if group is None or any(tag.startswith(GROUP_TAG_PREFIX.rstrip()) for tag in tags):
+        return list(tags)
+    return [*tags, GROUP_TAG_PREFIX + group]
 
 
 def cache_dir(run: RunInfo) -> Path | None:

@@ -19,7 +19,7 @@ from core_monitor.resume import NoRunToResume
 
 from . import _compat, media, output, reader
 from .media import MEDIA_KINDS
-from .storage import CRASH_OTHER, CRASH_TAG, STAGING, run_dir
+from .storage import CRASH_OTHER, CRASH_TAG, GROUP_OTHER, STAGING, run_dir
 
 if TYPE_CHECKING:
     from core_monitor.hookspecs import MediaBackend
@@ -54,7 +54,9 @@ class CometMonitor:
     archive at any time. In it: each scalar a Comet metric at the caller's step exactly (values
     as JSON numbers, NaN and +-inf as Comet's strings), the config as Comet parameters (late
     config, ``monitor_config``, logged again: the last value wins), the run name as the
-    experiment name (``set_name``: ``<name>-rank<r>`` above rank 0), ``tags`` as Comet tags,
+    experiment name (``set_name``: ``<name>-rank<r>`` above rank 0; with ``rank_zero_only=False``
+    every rank's experiment has the ``log_other`` ``job.group`` = ``RunInfo.group``, the column
+    Comet's project view groups the job's experiments by), ``tags`` as Comet tags,
     images (PNG, caption in the upload's metadata) and text (Comet text samples, the tag in
     their metadata) at their steps. ``reader`` reads it back.
 
@@ -162,6 +164,8 @@ class CometMonitor:
                 settings["experiment_key"] = key
             self._experiment = kind(**settings)
             self._experiment.set_name(run.ranked_name)
+            if run.group is not None:  # every rank's experiment: the job's, as an "Other"
+                self._experiment.log_other(GROUP_OTHER, run.group)
             if tags:
                 self._experiment.add_tags(list(tags))
             if run.config:

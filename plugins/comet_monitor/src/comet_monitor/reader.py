@@ -23,10 +23,11 @@ from core_monitor import RunInfo
 from core_monitor.media import Image, Text
 
 from . import _compat
-from .storage import CAPTION_KEY, CRASH_OTHER, TAG_KEY, run_dir
+from .storage import CAPTION_KEY, CRASH_OTHER, GROUP_OTHER, TAG_KEY, run_dir
 
 __all__ = ["Archive", "open_archive", "read_archives", "read_archives_in", "read_config",
-           "read_crash", "read_media", "read_others", "read_rows", "read_tags", "rows_of"]
+           "read_crash", "read_group", "read_media", "read_others", "read_rows", "read_tags",
+           "rows_of"]
 
 _NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
@@ -144,6 +145,14 @@ def read_others(run: RunInfo) -> dict[str, Any]:
     """The run's ``log_other`` values (Comet's "Other" tab: ``Name`` is the run name), the last
     one of a key winning. Argument and errors as for ``read_rows``."""
     return {payload["key"]: payload["value"] for _, payload in _messages(run, _compat.LOG_OTHER)}
+
+
+def read_group(run: RunInfo) -> str | None:
+    """The job's run group the experiment holds (the ``log_other`` ``job.group``, logged with
+    ``rank_zero_only=False``); ``None`` when it holds none. Argument and errors as for
+    ``read_rows``."""
+    group = read_others(run).get(GROUP_OTHER)
+    return None if group is None else str(group)
 
 
 def read_tags(run: RunInfo) -> list[str]:

@@ -16,6 +16,11 @@ DEFAULT_DIR = Path(".cometml-runs")
 #: (``CometMonitor.monitor_crash``); the ``log_other`` value is the reason.
 CRASH_OTHER = "crash_reason"
 CRASH_TAG = "crashed"
+#: The ``log_other`` key holding the job's run group (``RunInfo.group``) when every rank writes
+#: an experiment of its own: Comet experiments have no group field; an "Other" value is a
+#: column its project view groups and filters by, and ``API.query(..., Other("job.group") ==
+#: <group>)`` finds the job's experiments.
+GROUP_OTHER = "job.group"
 #: The sub-folder of the run folder Comet writes the final archive in at ``end()`` (the
 #: backend then moves it into the run folder, over the archive of the last flush).
 STAGING = ".ending"

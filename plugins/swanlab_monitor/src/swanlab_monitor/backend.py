@@ -31,7 +31,7 @@ class SwanlabMonitor:
     SwanLab is imported here, never when ``swanlab_monitor`` is imported.
 
     Storage: the run is ``swanlab.init(project=run.project, name=<run.ranked_name>,
-    config=run.config, log_dir=<log_dir>/swanlog, tags=..., ...)``, a folder
+    config=run.config, log_dir=<log_dir>/swanlog, tags=..., group=..., ...)``, a folder
     ``run-<time>-<id>/`` with SwanLab's record file ``run-<id>.swanlab``. Every point is a
     SwanLab scalar at the caller's step, SwanLab's own step field: its charts' x axis. Values
     are float64; NaN and +-inf are kept. SwanLab keeps one value per tag and step, the first,
@@ -60,7 +60,9 @@ class SwanlabMonitor:
         workspace: the SwanLab workspace (user or organisation) online; ``None``: the user's.
         tags: the run's tags, a sequence of ``str``.
         description: the run's description.
-        group: the run's group, e.g. one per sweep.
+        group: the run's group, e.g. one per sweep. ``None`` (default): SwanLab's own
+            (``SWANLAB_GROUP``, its settings files), else the job's (``RunInfo.group``) when
+            every rank writes its own run (``rank_zero_only=False``), else none.
         job_type: the run's job type, e.g. ``"train"``.
         quiet: ``True`` (default) keeps SwanLab's banner and its ``swanlab sync`` hint off the
             terminal (its warnings and errors still show); ``False`` prints them.
@@ -128,6 +130,8 @@ class SwanlabMonitor:
         settings = swanlab.Settings(interactive=False,
                                     terminal=swanlab.Settings.Terminal(proxy_type="none"),
                                     **extra)
+        if group is None and settings.experiment.group is None:  # no group of the user's
+            group = run.group  # every rank's run: the job's
         folder = swanlab_dir(run)
         with _compat.quiet_info(quiet), _compat.detached():
             self._run = swanlab.init(

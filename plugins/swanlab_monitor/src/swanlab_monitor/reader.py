@@ -19,7 +19,8 @@ from ._compat import read_records
 from .media import from_record
 from .storage import default_dir, swanlab_dir, tag_of
 
-__all__ = ["find_run_dir", "read_config", "read_crash", "read_finish", "read_media", "read_rows"]
+__all__ = ["find_run_dir", "read_config", "read_crash", "read_finish", "read_group", "read_media",
+           "read_rows"]
 
 
 def find_run_dir(run: RunInfo) -> Path:
@@ -98,6 +99,15 @@ def read_finish(run: RunInfo) -> tuple[str, str] | None:
         return None
     return type(finish).DESCRIPTOR.fields_by_name["state"].enum_type.values_by_number[
         finish.state].name, finish.error
+
+
+def read_group(run: RunInfo) -> str | None:
+    """The run's SwanLab group (``swanlab.init(group=...)``), from its start record; ``None``
+    when it has none. Argument and errors as for ``read_rows``."""
+    for record in read_records(_record_file(run)):
+        if record.HasField("start"):
+            return record.start.group or None
+    return None
 
 
 def _record_file(run: RunInfo) -> Path:
