@@ -21,7 +21,7 @@ from prometheus_monitor import (
     read_crash,
     read_rows,
 )
-from prometheus_monitor.storage import TARGETS, run_dir, unique_name
+from prometheus_monitor.storage import TARGETS, run_dir, split_node, unique_name
 from prometheus_servers import SCRAPE_SECONDS, Prometheus, Pushgateway, free_port
 
 from core_monitor import ConfigError, Monitor, RunInfo
@@ -49,6 +49,11 @@ def test_the_entry_point_names_the_backend_class() -> None:
     ("tokens_total", "training_tokens"),
     ("a::b c", "training_a_b_c"),
     ("/lead/", "training_lead"),
+    ("system/gpu0/utilization_percent", "training_system_gpu0_utilization_percent"),
+    ("system/node0/gpu0/utilization_percent", "training_system_gpu0_utilization_percent"),
+    ("system/node12/monitor/cpu_percent", "training_system_monitor_cpu_percent"),
+    ("system/node01/cpu_percent", "training_system_node01_cpu_percent"),  # not the core's
+    ("train/node1/loss", "training_train_node1_loss"),
 ])
 def test_a_tag_becomes_a_prometheus_metric_name(tag: str, name: str) -> None:
     assert metric_name("training", tag) == name
@@ -58,6 +63,37 @@ def test_a_tag_with_no_valid_character_is_named_by_its_hash() -> None:
     name = metric_name("training", "损失")
     assert name.startswith("training_tag_") and len(name) == len("training_tag_") + 8
     assert metric_name("training", "损失") == name != metric_name("training", "训练")
+
+
+@pytest.mark.parametrize(("tag", "split"), [
+    ("system/node0/cpu_percent", ("system/cpu_percent", "0")),
+    ("system/node1/gpu0/power_watts", ("system/gpu0/power_watts", "1")),
+    ("system/node10/monitor/threads", ("system/monitor/threads", "10")),
+    ("system/cpu_percent", ("system/cpu_percent", None)),
+    ("system/node1", ("system/node1", None)),
+    ("system/node1/", ("system/node1/", None)),
+    ("system/node01/cpu_percent", ("system/node01/cpu_percent", None)),
+    ("a/system/node1/x", ("a/system/node1/x", None)),
+])
+def test_a_nodes_system_tag_is_split_into_its_reading_and_node(
+        tag: str, split: tuple[str, str | None]) -> None:
+    assert split_node(tag) == split
+
+
+def test_the_nodes_of_one_reading_share_its_name() -> None:
+    """Node 1 takes the name node 0's reading holds; a tag without a node, or the same node
+    again, does not; when a tag without a node holds the plain name, the nodes share the
+    hashed name of the reading."""
+    name = "training_system_cpu_percent"
+    assert unique_name("training", "system/node1/cpu_percent", {name}, {name: {"0"}}) == name
+    assert unique_name("training", "system/node0/cpu.percent", {name},
+                       {name: {"0"}}).startswith(name + "_")
+    assert unique_name("training", "system/cpu_percent", {name},
+                       {name: {"0"}}).startswith(name + "_")
+    hashed = unique_name("training", "system/node0/cpu_percent", {name})
+    assert hashed.startswith(name + "_")
+    assert unique_name("training", "system/node1/cpu_percent", {name, hashed},
+                       {hashed: {"0"}}) == hashed
 
 
 def test_a_name_taken_gets_the_tags_hash() -> None:
@@ -240,3 +276,4 @@ def test_a_crash_is_an_info_metric_an_alert_can_match(tmp_path: Path) -> None:
     assert 'training_crash_info{' in text and 'reason="the training process' in text
     assert read_crash(run) == 'the training process (pid 7) raised ValueError: "x" is bad'
     assert parse_crash(text, RunInfo(project="p", name="other", log_dir=tmp_path)) is None
+
