@@ -6,11 +6,15 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import socket
+import sys
 import time
+import types
 import urllib.request
 from importlib.metadata import entry_points
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_monitor import (
@@ -21,7 +25,7 @@ from prometheus_monitor import (
     read_crash,
     read_rows,
 )
-from prometheus_monitor.storage import TARGETS, run_dir, unique_name
+from prometheus_monitor.storage import TARGETS, run_dir, split_node, unique_name
 from prometheus_servers import SCRAPE_SECONDS, Prometheus, Pushgateway, free_port
 
 from core_monitor import ConfigError, Monitor, RunInfo
@@ -49,6 +53,11 @@ def test_the_entry_point_names_the_backend_class() -> None:
     ("tokens_total", "training_tokens"),
     ("a::b c", "training_a_b_c"),
     ("/lead/", "training_lead"),
+    ("system/gpu0/utilization_percent", "training_system_gpu0_utilization_percent"),
+    ("system/node0/gpu0/utilization_percent", "training_system_gpu0_utilization_percent"),
+    ("system/node12/monitor/cpu_percent", "training_system_monitor_cpu_percent"),
+    ("system/node01/cpu_percent", "training_system_node01_cpu_percent"),  # not the core's
+    ("train/node1/loss", "training_train_node1_loss"),
 ])
 def test_a_tag_becomes_a_prometheus_metric_name(tag: str, name: str) -> None:
     assert metric_name("training", tag) == name
@@ -58,6 +67,37 @@ def test_a_tag_with_no_valid_character_is_named_by_its_hash() -> None:
     name = metric_name("training", "损失")
     assert name.startswith("training_tag_") and len(name) == len("training_tag_") + 8
     assert metric_name("training", "损失") == name != metric_name("training", "训练")
+
+
+@pytest.mark.parametrize(("tag", "split"), [
+    ("system/node0/cpu_percent", ("system/cpu_percent", "0")),
+    ("system/node1/gpu0/power_watts", ("system/gpu0/power_watts", "1")),
+    ("system/node10/monitor/threads", ("system/monitor/threads", "10")),
+    ("system/cpu_percent", ("system/cpu_percent", None)),
+    ("system/node1", ("system/node1", None)),
+    ("system/node1/", ("system/node1/", None)),
+    ("system/node01/cpu_percent", ("system/node01/cpu_percent", None)),
+    ("a/system/node1/x", ("a/system/node1/x", None)),
+])
+def test_a_nodes_system_tag_is_split_into_its_reading_and_node(
+        tag: str, split: tuple[str, str | None]) -> None:
+    assert split_node(tag) == split
+
+
+def test_the_nodes_of_one_reading_share_its_name() -> None:
+    """Node 1 takes the name node 0's reading holds; a tag without a node, or the same node
+    again, does not; when a tag without a node holds the plain name, the nodes share the
+    hashed name of the reading."""
+    name = "training_system_cpu_percent"
+    assert unique_name("training", "system/node1/cpu_percent", {name}, {name: {"0"}}) == name
+    assert unique_name("training", "system/node0/cpu.percent", {name},
+                       {name: {"0"}}).startswith(name + "_")
+    assert unique_name("training", "system/cpu_percent", {name},
+                       {name: {"0"}}).startswith(name + "_")
+    hashed = unique_name("training", "system/node0/cpu_percent", {name})
+    assert hashed.startswith(name + "_")
+    assert unique_name("training", "system/node1/cpu_percent", {name, hashed},
+                       {hashed: {"0"}}) == hashed
 
 
 def test_a_name_taken_gets_the_tags_hash() -> None:
@@ -240,3 +280,206 @@ def test_a_crash_is_an_info_metric_an_alert_can_match(tmp_path: Path) -> None:
     assert 'training_crash_info{' in text and 'reason="the training process' in text
     assert read_crash(run) == 'the training process (pid 7) raised ValueError: "x" is bad'
     assert parse_crash(text, RunInfo(project="p", name="other", log_dir=tmp_path)) is None
+
+
+# A job of two nodes: the system samples as the core names them ------------------------------
+
+GIB = 2**30
+
+
+def fake_nvml(node: int) -> types.ModuleType:
+    """A stand-in for nvidia-ml-py's ``pynvml`` with two GPUs, for the core's ``GpuMeter``:
+    on node ``node`` this process holds ``(node + 1) * (i + 1)`` GiB of GPU ``i`` and the
+    GPU draws ``100 * (node + 1) + i`` W, so every node's and GPU's figures differ."""
+    nvml = types.ModuleType("pynvml")
+
+    class NVMLError(Exception):
+        pass
+
+    def memory(handle: int) -> types.SimpleNamespace:
+        return types.SimpleNamespace(used=float((node + 1) * (handle + 1) * GIB),
+                                     total=float(80 * GIB))
+
+    def processes(handle: int) -> list[types.SimpleNamespace]:
+        return [types.SimpleNamespace(pid=os.getpid(), usedGpuMemory=memory(handle).used)]
+
+    vars(nvml).update(
+        NVMLError=NVMLError, NVML_TEMPERATURE_GPU=0, nvmlInit=lambda: None,
+        nvmlShutdown=lambda: None, nvmlDeviceGetCount=lambda: 2,
+        nvmlDeviceGetHandleByIndex=lambda index: index,
+        nvmlDeviceGetUtilizationRates=lambda h: types.SimpleNamespace(gpu=10 * (node + 1) + h),
+        nvmlDeviceGetMemoryInfo=memory, nvmlDeviceGetComputeRunningProcesses=processes,
+        nvmlDeviceGetGraphicsRunningProcesses=lambda h: [],
+        nvmlDeviceGetPowerUsage=lambda h: 1000 * (100 * (node + 1) + h),  # milliwatts
+        nvmlDeviceGetTemperature=lambda h, kind: 40 + node)
+    return nvml
+
+
+def launch_env(monkeypatch: pytest.MonkeyPatch, nodes: int) -> None:
+    """The environment torchrun gives rank 0 of a job of ``nodes`` nodes, one process each
+    (no rendezvous store: nothing here reaches one)."""
+    for name in ("NODE_RANK", "SLURM_NODEID", "SLURM_JOB_NUM_NODES", "SLURM_NNODES",
+                 "SLURM_JOB_ID", "TORCHELASTIC_RUN_ID", "MASTER_ADDR", "MASTER_PORT",
+                 "CUDA_VISIBLE_DEVICES", "LOCAL_RANK", "SLURM_LOCALID",
+                 "OMPI_COMM_WORLD_LOCAL_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in (("WORLD_SIZE", nodes), ("LOCAL_WORLD_SIZE", 1), ("RANK", 0),
+                        ("GROUP_RANK", 0)):
+        monkeypatch.setenv(name, str(value))
+
+
+def node_samples(monkeypatch: pytest.MonkeyPatch, node: int) -> list[dict[str, float]]:
+    """Two samples of node ``node`` as its sampler reads them: the core's ``Reader`` under the
+    core's ``prefix()`` for that node (``GROUP_RANK``), its GPUs through ``fake_nvml``."""
+    pytest.importorskip("psutil")
+    from core_monitor.system.sampler import Reader, prefix
+
+    monkeypatch.setenv("GROUP_RANK", str(node))
+    monkeypatch.setitem(sys.modules, "pynvml", fake_nvml(node))
+    reader = Reader(None, os.getpid(), prefix())
+    try:
+        return [reader.read()[0] for _ in range(2)]
+    finally:
+        reader.close()
+        monkeypatch.setenv("GROUP_RANK", "0")
+
+
+class DictStore:
+    """The four ``TCPStore`` calls ``core_monitor.system.nodes`` makes, in a dict."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, str] = {}
+
+    def set(self, key: str, value: str) -> None:
+        self.data[key] = value
+
+    def check(self, keys: list[str]) -> bool:
+        return all(key in self.data for key in keys)
+
+    def get(self, key: str) -> bytes:
+        return self.data[key].encode()
+
+    def delete_key(self, key: str) -> bool:
+        return self.data.pop(key, None) is not None
+
+
+def log_two_nodes(monitor: Monitor, samples: dict[int, list[dict[str, float]]]) -> None:
+    """Each node's samples into rank 0's ``monitor`` the way the core takes them: node 0's as
+    its sampler logs them, node 1's through ``nodes.forwarder`` and rank 0's
+    ``nodes.Collector`` (``SystemMetrics``), over a store in a dict."""
+    from core_monitor.system import nodes
+
+    def log(values: dict[str, float], step: int, wall_time: float) -> None:
+        monitor.log(values, step=step, advance=False, wall_time=wall_time)
+
+    store = DictStore()
+    collector = nodes.Collector(store, None, [1], 3600.0, log)
+    forward = nodes.forwarder(store, None, 1)
+    for n, (zero, one) in enumerate(zip(samples[0], samples[1], strict=True)):
+        log(zero, n, time.time())
+        forward(one, n, time.time())
+    collector.stop()
+    assert store.data == {}  # rank 0 took every sample of node 1
+
+
+def latest_rows(samples: dict[int, list[dict[str, float]]]) -> list[tuple[str, int, float]]:
+    """What a ``history="latest"`` backend holds of ``samples``: each tag's last sample."""
+    rows = {}
+    for node_samples_ in samples.values():
+        for n, values in enumerate(node_samples_):
+            rows.update({tag: (tag, n, value) for tag, value in values.items()})
+    return sorted(rows.values())
+
+
+#: The README's Grafana queries of the system samples, for the run ``$run``.
+README_QUERIES = {
+    "utilization": '{__name__=~"training_system_gpu[0-9]+_utilization_percent", run="$run"}',
+    "job memory": 'sum by (node) ({__name__=~"training_system_gpu[0-9]+_memory_job_bytes", '
+                  'run="$run"})',
+    "power": 'sum({__name__=~"training_system_gpu[0-9]+_power_watts", run="$run"})',
+    "cpu": 'training_system_cpu_percent{run="$run"}',
+    "samples": 'max by (node) (training_step{metric="training_system_processes", '
+               'run="$run"})',
+}
+
+
+def test_the_readmes_queries_of_the_nodes_are_those_tested() -> None:
+    readme = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
+    for query in README_QUERIES.values():
+        assert f"`{query}`" in readme, query
+
+
+def test_two_nodes_samples_are_one_metric_per_reading_labelled_by_node(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, prometheus: Prometheus,
+        scrape_port: int) -> None:
+    """Issue 42: on a job of two nodes (rank_zero_only=True), rank 0's one run holds both
+    nodes' samples, ``system/node0/...`` and ``system/node1/...`` as the core names them.
+    Each reading is the metric it is on a single node, one series per node (label ``node``);
+    node 0's carry rank 0's host, node 1's none (the core does not send it). The reader reads
+    every tag back as logged, and the README's queries read both nodes from Prometheus."""
+    launch_env(monkeypatch, nodes=2)
+    samples = {node: node_samples(monkeypatch, node) for node in (0, 1)}
+    for node in (0, 1):
+        assert f"system/node{node}/gpu1/memory_job_bytes" in samples[node][1]
+        assert f"system/node{node}/cpu_percent" in samples[node][1]
+        assert all(tag.startswith(f"system/node{node}/") for tag in samples[node][1])
+    host = socket.gethostname()
+    with Monitor(["prometheus"], project="p", name="nodes", log_dir=tmp_path,
+                 prometheus={"port": scrape_port}) as monitor:
+        assert monitor.run.config["job.node_rank"] == 0
+        log_two_nodes(monitor, samples)
+        monitor.flush()
+        want = latest_rows(samples)
+        assert read_rows(monitor.run) == want
+        page = (run_dir(monitor.run) / "metrics.prom").read_text()  # type: ignore[operator]
+        assert not any(f"training_system_node{node}_" in page for node in (0, 1)), page
+
+        run = '{run="nodes"}'
+        prometheus.wait_for(f"count(training_system_processes{run}) == 2")
+        query = {key: prometheus.query(promql.replace("$run", "nodes"))
+                 for key, promql in README_QUERIES.items()}
+        gpus = {(s["metric"]["node"], s["metric"]["__name__"]): float(s["value"][1])
+                for s in query["utilization"]}
+        assert gpus == {(str(node), f"training_system_gpu{i}_utilization_percent"):
+                        10.0 * (node + 1) + i for node in (0, 1) for i in (0, 1)}
+        memory = {s["metric"]["node"]: float(s["value"][1]) for s in query["job memory"]}
+        assert memory == {"0": 3.0 * GIB, "1": 6.0 * GIB}
+        assert [float(s["value"][1]) for s in query["power"]] == [100.0 + 101 + 200 + 201]
+        cpu = {s["metric"]["node"]: s for s in query["cpu"]}
+        assert sorted(cpu) == ["0", "1"]
+        for node in (0, 1):
+            assert float(cpu[str(node)]["value"][1]) == samples[node][1][
+                f"system/node{node}/cpu_percent"]
+        assert cpu["0"]["metric"]["host"] == host
+        assert "host" not in cpu["1"]["metric"]  # not known: left out, not rank 0's
+        steps = {s["metric"]["node"]: float(s["value"][1]) for s in query["samples"]}
+        assert steps == {"0": 1.0, "1": 1.0}
+        (count,) = prometheus.query(f"count(training_step{run})")
+        assert float(count["value"][1]) == len(want)  # one step series per tag
+    assert read_rows(monitor.run) == want
+
+
+def test_a_single_node_and_a_two_node_run_share_a_pushgateway(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pushgateway: Pushgateway) -> None:
+    """A run of one node (``system/...``, no node label) and a run of two nodes push the same
+    metric names to one Pushgateway: it takes both groups and reads each back as logged."""
+    launch_env(monkeypatch, nodes=1)
+    single = {0: node_samples(monkeypatch, 0)}
+    assert "system/cpu_percent" in single[0][1]
+    options = {"port": None, "pushgateway": pushgateway.address}
+    with Monitor(["prometheus"], project="p", name="solo", log_dir=tmp_path,
+                 prometheus=options) as solo:
+        for n, values in enumerate(single[0]):
+            solo.log(values, step=n, advance=False, wall_time=time.time())
+    launch_env(monkeypatch, nodes=2)
+    samples = {node: node_samples(monkeypatch, node) for node in (0, 1)}
+    with Monitor(["prometheus"], project="p", name="nodes", log_dir=tmp_path,
+                 prometheus=options) as nodes:
+        log_two_nodes(nodes, samples)
+    text = pushgateway.metrics()
+    assert parse_rows(text, solo.run) == latest_rows(single)
+    assert parse_rows(text, nodes.run) == latest_rows(samples)
+    assert "training_system_cpu_percent{" in text and 'node="1"' in text
+    groups: list[dict[str, Any]] = pushgateway.groups()
+    assert sorted(group["labels"]["run"] for group in groups) == ["nodes", "solo"]
+    assert "inconsistent" not in pushgateway.log(), pushgateway.log()[-2000:]

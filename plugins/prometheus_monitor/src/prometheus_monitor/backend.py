@@ -16,14 +16,17 @@ from core_monitor import Capabilities, ConfigError, Event, RunInfo, hookimpl
 from . import _compat
 from .storage import (
     DEFAULT_PREFIX,
+    NODE_LABEL,
     PREFIX,
     RUN_LABELS,
     STEP_LABELS,
     TARGETS,
     TEXTFILE,
     crash_name,
+    help_text,
     reserved_names,
     run_dir,
+    split_node,
     step_name,
     timestamp_name,
     unique_name,
@@ -53,7 +56,12 @@ class PrometheusMonitor:
     of that value, and ``<prefix>_last_log_timestamp_seconds`` (the wall time of the latest
     event); after a crash, ``<prefix>_crash_info{..., reason="<why>"} 1``. Every series has
     the labels ``project``, ``run``, ``rank`` and ``host`` (the host
-    name): a handful of series per tag and run, no label per step or value. Prometheus stores
+    name): a handful of series per tag and run, no label per step or value. A system sample
+    of node ``k`` of a job of several nodes (``system/node<k>/...``) is the gauge the same
+    reading has on a single node, labelled ``node="<k>"``; its ``host`` is this host's name
+    for this process's own node (``job.node_rank`` of the run's config) and empty (absent to
+    Prometheus) for the other nodes, whose host the core does not send. The step series of a
+    tag has the labels of its value series. Prometheus stores
     what it samples at each scrape, not each step: the steps between two scrapes are not in
     Prometheus (``capabilities.history == "latest"``).
 
@@ -140,10 +148,14 @@ class PrometheusMonitor:
         self._registry = CollectorRegistry(auto_describe=True)
         self._gauge_class = Gauge
         self._steps = Gauge(step_name(prefix), "The step of the latest value of each tag",
-                            [*RUN_LABELS, *STEP_LABELS], registry=self._registry)
+                            [*RUN_LABELS, NODE_LABEL, *STEP_LABELS], registry=self._registry)
         self._last = Gauge(timestamp_name(prefix), "Wall time of the latest value logged, in "
                            "seconds since the epoch", RUN_LABELS, registry=self._registry)
         self._taken = reserved_names(prefix)
+        self._node_gauges: dict[str, Any] = {}  # name -> gauge with the node label
+        self._node_names: dict[str, set[str]] = {}  # name -> the nodes its gauge holds
+        node = run.config.get("job.node_rank")  # a job of several nodes: this process's node
+        self._node = str(node) if isinstance(node, int) else None
         self._tags: dict[str, tuple[Any, Any]] = {}  # tag -> (value child, step child)
         self._too_large: set[str] = set()
         self._server: Any = None
@@ -184,12 +196,26 @@ class PrometheusMonitor:
             self._last.labels(**self._labels).set(latest)
 
     def _add(self, tag: str) -> tuple[Any, Any]:
-        name = unique_name(self._prefix, tag, self._taken)
+        name = unique_name(self._prefix, tag, self._taken, self._node_names)
         self._taken.add(name)
-        gauge = self._gauge_class(name, f"The latest value of the tag {tag!r}", RUN_LABELS,
-                                  registry=self._registry)
-        children = (gauge.labels(**self._labels),
-                    self._steps.labels(**self._labels, tag=tag, metric=name))
+        node = split_node(tag)[1]
+        gauge: Any
+        if node is None:
+            gauge = self._gauge_class(name, help_text(tag), RUN_LABELS,
+                                      registry=self._registry)
+            value = gauge.labels(**self._labels)
+            labels = {**self._labels, NODE_LABEL: ""}
+        else:
+            gauge = self._node_gauges.get(name)
+            if gauge is None:
+                gauge = self._gauge_class(name, help_text(tag), [*RUN_LABELS, NODE_LABEL],
+                                          registry=self._registry)
+                self._node_gauges[name] = gauge
+            self._node_names.setdefault(name, set()).add(node)
+            host = self._labels["host"] if node == self._node else ""  # unknown: not invented
+            labels = {**self._labels, "host": host, NODE_LABEL: node}
+            value = gauge.labels(**labels)
+        children = (value, self._steps.labels(**labels, tag=tag, metric=name))
         self._tags[tag] = children
         return children
 

@@ -7,7 +7,15 @@ from typing import Any
 
 from core_monitor import RunInfo
 
-from .storage import DEFAULT_PREFIX, RUN_LABELS, TEXTFILE, crash_name, run_dir, step_name
+from .storage import (
+    DEFAULT_PREFIX,
+    NODE_LABEL,
+    RUN_LABELS,
+    TEXTFILE,
+    crash_name,
+    run_dir,
+    step_name,
+)
 
 __all__ = ["parse_crash", "parse_rows", "read_config", "read_crash", "read_rows"]
 
@@ -16,6 +24,10 @@ def parse_rows(text: str, run: RunInfo | None = None,
                prefix: str = DEFAULT_PREFIX) -> list[tuple[str, int, float]]:
     """``(tag, step, value)`` of each tag in ``text`` (Prometheus's text format), its latest
     point, sorted by tag.
+
+    Each step series (``tag``, ``metric``) is matched to the series of its ``metric`` with
+    the same run labels and ``node`` (the nodes' system samples share one metric name); an
+    empty label and a missing one are alike, as in Prometheus.
 
     Args:
         text: a ``/metrics`` page, a Pushgateway's ``/metrics`` or ``metrics.prom``.
@@ -36,7 +48,7 @@ def parse_rows(text: str, run: RunInfo | None = None,
             labels = dict(sample.labels)
             if want is not None and any(labels.get(k) != v for k, v in want.items()):
                 continue
-            key = tuple(labels.get(k, "") for k in RUN_LABELS)  # one run's series
+            key = tuple(labels.get(k, "") for k in (*RUN_LABELS, NODE_LABEL))  # one series
             if sample.name == step_name(prefix) and "tag" in labels:
                 steps.append((labels["tag"], labels["metric"], key, sample.value))
             else:
