@@ -1,7 +1,7 @@
 """``step_time=True`` of the Lightning and Hugging Face Trainer integrations, and ``StepClock``
-in an accelerate loop, under torchrun (gloo, 2 ranks): the stored cross-rank step times name
-the rank made slow on purpose, read back from TensorBoard's and the CSV backend's own
-storage."""
+in an accelerate loop and a DeepSpeed loop, under torchrun (gloo, 2 ranks): the stored
+cross-rank step times name the rank made slow on purpose, read back from TensorBoard's and the
+CSV backend's own storage."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ VIEW = ("mean", "median", "min", "max", "min_rank", "max_rank")
     ("lightning", "lit", "step_time"),
     ("transformers", "hf", "train/step_time"),  # under the Trainer's own "train/" (rewrite_logs)
     ("accelerate", "acc", "step_time"),  # a hand-written loop timed with StepClock
+    ("deepspeed", "ds", "step_time"),  # DeepSpeed's engine loop timed with StepClock
 ])
 def test_step_time_names_the_rank_slow_in_data_and_the_rank_slow_in_forward(
         framework, project, prefix, log_dir, tmp_path):

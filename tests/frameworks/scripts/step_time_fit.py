@@ -3,10 +3,11 @@ purpose (``SLOW`` seconds a batch each), so the stored step times must name rank
 wait for data and rank 0 for the forward pass, although both ranks' whole steps take about
 as long (the gradient all-reduce waits for the slower one).
 
-    torchrun --nproc_per_node 2 step_time_fit.py lightning|transformers|accelerate \
+    torchrun --nproc_per_node 2 step_time_fit.py lightning|transformers|accelerate|deepspeed \
         <log_dir> <out.json>
 
-(``accelerate``: a hand-written loop timed with ``StepClock``, logged by ``MonitorTracker``.)
+(``accelerate``: a hand-written loop timed with ``StepClock``, logged by ``MonitorTracker``;
+``deepspeed``: the same with DeepSpeed's engine, logged by ``engine.monitor``.)
 
 writes, from rank 0, ``{"run": {"project", "name", "log_dir"}, "steps": [logged steps]}``.
 """
@@ -134,14 +135,51 @@ def accelerate(log_dir: Path) -> tuple[object, int]:
     return tracker.monitor, accelerator.process_index
 
 
+def deepspeed(log_dir: Path) -> tuple[object, int]:
+    """DeepSpeed's own loop (``engine.backward``/``engine.step``) timed with ``StepClock``, as
+    docs/frameworks/deepspeed.md says; the engine's monitor (an ``experiment_monitors``
+    section) logs the cross-rank view from rank 0."""
+    from core_monitor.integrations.deepspeed import initialize
+    from core_monitor.integrations.step_time import StepClock
+
+    model = Net()
+    config = {"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1,
+              "optimizer": {"type": "SGD", "params": {"lr": 0.01}},
+              "experiment_monitors": {"backends": BACKENDS, "project": "ds",
+                                      "name": "steptime", "log_dir": str(log_dir)}}
+    engine, _, _, _ = initialize(model=model, model_parameters=model.parameters(),
+                                 config=config)
+    loader = torch.utils.data.DataLoader(dataset(), batch_size=4, collate_fn=collate)
+    clock = StepClock("step_time")
+    clock.idle()
+    for step, batch in enumerate(loader):
+        if step == 4:
+            break
+        clock.start()
+        loss = engine(batch["x"], batch["labels"])["loss"]
+        clock.backward()
+        engine.backward(loss)
+        engine.step()
+        clock.end()
+        if step % 2 == 1:
+            times = clock.collect()  # every rank: one all_gather
+            engine.monitor.monitor.log({"loss": loss.item(), **times}, step=step)
+            clock.idle()
+    engine.monitor.close()
+    return engine.monitor.monitor, engine.global_rank
+
+
 def main() -> None:
     framework, log_dir, out = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
     monitor, rank = {"lightning": lightning, "transformers": transformers,
-                      "accelerate": accelerate}[framework](log_dir)
+                      "accelerate": accelerate, "deepspeed": deepspeed}[framework](log_dir)
     if rank == 0:
         run = monitor.run  # type: ignore[attr-defined]
         out.write_text(json.dumps({"run": {"project": run.project, "name": run.name,
                                            "log_dir": str(run.log_dir)}}))
+    if torch.distributed.is_initialized():  # every rank ends together (see ds_train.py)
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
