@@ -14,6 +14,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
+from ranks import one_process, two_ranks
 
 import aim_monitor
 from aim_monitor import AimMonitor, read_config, read_rows
@@ -197,21 +198,9 @@ def test_every_ranks_run_is_found_by_the_jobs_group(tmp_path: Path, repo: str,
     from aim import Repo
     from aim.sdk.types import QueryReportMode
 
-    monkeypatch.setenv("WORLD_SIZE", "2")
-    runs = []
-    for rank in (0, 1):
-        monkeypatch.setenv("RANK", str(rank))
-        with Monitor(["aim"], project="p", name="ddp", log_dir=tmp_path,
-                     rank_zero_only=False) as monitor:
-            monitor.log({"loss": float(rank)}, step=0)
-        runs.append(monitor.run)
-    monkeypatch.setenv("WORLD_SIZE", "1")
-    monkeypatch.setenv("RANK", "0")
-    with Monitor(["aim"], project="p", name="alone", log_dir=tmp_path,
-                 rank_zero_only=False) as alone:
-        alone.log({"loss": 2.0}, step=0)
-    assert [aim_monitor.reader.read_group(run) for run in [*runs, alone.run]] == [
-        "ddp", "ddp", None]
+    runs = two_ranks("aim", tmp_path, monkeypatch)
+    alone = one_process("aim", tmp_path, monkeypatch)
+    assert [aim_monitor.reader.read_group(run) for run in [*runs, alone]] == ["ddp", "ddp", None]
     found = Repo(repo).query_runs('run.job.group == "ddp"',
                                   report_mode=QueryReportMode.DISABLED)
     assert sorted(view.run.name for view in found.iter_runs()) == ["ddp", "ddp-rank1"]

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ranks import one_process, two_ranks
 
 import clearml_monitor
 from clearml_monitor import ClearmlMonitor, read_config, read_rows
@@ -212,22 +213,11 @@ def test_every_ranks_task_has_the_jobs_group_tag(tmp_path: Path,
     ``job.group: ddp`` beside the user's tags, in its session's ``task.json`` (what ClearML's UI
     filters the project's tasks by once imported). A ``job.group:`` tag of the user's wins; a
     job of one process gets none."""
-    monkeypatch.setenv("WORLD_SIZE", "2")
-    runs = []
-    for rank in (0, 1):
-        monkeypatch.setenv("RANK", str(rank))
-        with Monitor(["clearml"], project="p", name="ddp", log_dir=tmp_path,
-                     rank_zero_only=False, clearml={"tags": ["baseline"]}) as monitor:
-            monitor.log({"loss": float(rank)}, step=0)
-        runs.append(monitor.run)
+    runs = two_ranks("clearml", tmp_path, monkeypatch, clearml={"tags": ["baseline"]})
     with Monitor(["clearml"], project="p", name="own", log_dir=tmp_path, rank_zero_only=False,
                  clearml={"tags": ["job.group: sweep-1"]}) as own:
         pass
-    monkeypatch.setenv("WORLD_SIZE", "1")
-    monkeypatch.setenv("RANK", "0")
-    with Monitor(["clearml"], project="p", name="alone", log_dir=tmp_path,
-                 rank_zero_only=False) as alone:
-        pass
+    alone = one_process("clearml", tmp_path, monkeypatch)
 
     def tags(run: RunInfo) -> list[str]:
         task = json.loads((clearml_monitor.find_session(run) / "task.json").read_text())
@@ -235,8 +225,8 @@ def test_every_ranks_task_has_the_jobs_group_tag(tmp_path: Path,
 
     assert [run.ranked_name for run in runs] == ["ddp", "ddp-rank1"]
     assert [tags(run) for run in runs] == [["baseline", "job.group: ddp"]] * 2
-    assert (tags(own.run), tags(alone.run)) == (["job.group: sweep-1"], [])
-    assert [clearml_monitor.reader.read_group(run) for run in [*runs, own.run, alone.run]] == [
+    assert (tags(own.run), tags(alone)) == (["job.group: sweep-1"], [])
+    assert [clearml_monitor.reader.read_group(run) for run in [*runs, own.run, alone]] == [
         "ddp", "ddp", "sweep-1", None]
     assert [read_rows(run) for run in runs] == [[("loss", 0, 0.0)], [("loss", 0, 1.0)]]
 

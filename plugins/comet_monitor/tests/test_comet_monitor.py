@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from interpreter import load_error_after, run_python  # tests/interpreter.py
+from ranks import one_process, two_ranks
 
 from comet_monitor import (
     CRASH_TAG,
@@ -247,23 +248,11 @@ def test_every_ranks_experiment_holds_the_jobs_group(tmp_path, monkeypatch):
     Comet's project view groups them by; a job of one process holds none."""
     from comet_monitor.reader import read_group
 
-    monkeypatch.setenv("WORLD_SIZE", "2")
-    runs = []
-    for rank in (0, 1):
-        monkeypatch.setenv("RANK", str(rank))
-        with Monitor(["comet"], project="p", name="ddp", log_dir=tmp_path,
-                     rank_zero_only=False) as monitor:
-            monitor.log({"loss": float(rank)}, step=0)
-        runs.append(monitor.run)
-    monkeypatch.setenv("WORLD_SIZE", "1")
-    monkeypatch.setenv("RANK", "0")
-    with Monitor(["comet"], project="p", name="alone", log_dir=tmp_path,
-                 rank_zero_only=False) as alone:
-        pass
+    runs = two_ranks("comet", tmp_path, monkeypatch)
+    alone = one_process("comet", tmp_path, monkeypatch)
     assert [read_others(run)["Name"] for run in runs] == ["ddp", "ddp-rank1"]
-    assert [read_others(run).get("job.group") for run in [*runs, alone.run]] == [
-        "ddp", "ddp", None]
-    assert [read_group(run) for run in [*runs, alone.run]] == ["ddp", "ddp", None]
+    assert [read_others(run).get("job.group") for run in [*runs, alone]] == ["ddp", "ddp", None]
+    assert [read_group(run) for run in [*runs, alone]] == ["ddp", "ddp", None]
     assert [read_rows(run) for run in runs] == [[("loss", 0, 0.0)], [("loss", 0, 1.0)]]
 
 

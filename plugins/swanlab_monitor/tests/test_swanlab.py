@@ -8,6 +8,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
+from ranks import one_process, two_ranks
 
 from core_monitor import Monitor, RunInfo
 from core_monitor.testing import MonitorContract
@@ -142,14 +143,7 @@ def test_every_ranks_run_is_in_the_jobs_group(tmp_path, monkeypatch):
     SwanLab group ``ddp`` (``RunInfo.group``), read back from each run's start record. A group
     of the user's wins: the ``group`` option, or SwanLab's own ``SWANLAB_GROUP``; a job of one
     process has none."""
-    monkeypatch.setenv("WORLD_SIZE", "2")
-    runs = []
-    for rank in (0, 1):
-        monkeypatch.setenv("RANK", str(rank))
-        with Monitor(["swanlab"], project="p", name="ddp", log_dir=tmp_path,
-                     rank_zero_only=False) as monitor:
-            monitor.log({"loss": float(rank)}, step=0)
-        runs.append(monitor.run)
+    runs = two_ranks("swanlab", tmp_path, monkeypatch)
     assert [run.ranked_name for run in runs] == ["ddp", "ddp-rank1"]
     assert [read_group(run) for run in runs] == ["ddp", "ddp"]
     assert [read_rows(run) for run in runs] == [[("loss", 0, 0.0)], [("loss", 0, 1.0)]]
@@ -162,13 +156,9 @@ def test_every_ranks_run_is_in_the_jobs_group(tmp_path, monkeypatch):
                  rank_zero_only=False) as env:
         pass
     monkeypatch.delenv("SWANLAB_GROUP")
-    monkeypatch.setenv("WORLD_SIZE", "1")
-    monkeypatch.setenv("RANK", "0")
-    with Monitor(["swanlab"], project="p", name="alone", log_dir=tmp_path,
-                 rank_zero_only=False) as alone:
-        pass
-    assert (own.run.group, env.run.group, alone.run.group) == ("own", "env", None)
-    assert (read_group(own.run), read_group(env.run), read_group(alone.run)) == (
+    alone = one_process("swanlab", tmp_path, monkeypatch)
+    assert (own.run.group, env.run.group, alone.group) == ("own", "env", None)
+    assert (read_group(own.run), read_group(env.run), read_group(alone)) == (
         "sweep-1", "from-env", None)
 
 

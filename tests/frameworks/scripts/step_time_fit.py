@@ -18,7 +18,9 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -102,11 +104,34 @@ def transformers(log_dir: Path) -> tuple[object, int]:
     return callback.monitor, trainer.args.process_index
 
 
+def timed_steps(loader: Any, forward: Callable[[Any], torch.Tensor],
+                backward: Callable[[torch.Tensor], None],
+                log: Callable[[dict[str, float], int], None]) -> None:
+    """Four steps of a hand-written loop timed with ``StepClock`` (``forward(batch)`` -> loss,
+    then ``backward(loss)``, which also steps the optimizer); every second step each rank
+    collects the cross-rank view (one all_gather) and ``log(values, step)``s it with the
+    loss."""
+    from core_monitor.integrations.step_time import StepClock
+
+    clock = StepClock("step_time")
+    clock.idle()
+    for step, batch in enumerate(loader):
+        if step == 4:
+            break
+        clock.start()
+        loss = forward(batch)
+        clock.backward()
+        backward(loss)
+        clock.end()
+        if step % 2 == 1:
+            log({"loss": loss.item(), **clock.collect()}, step)
+            clock.idle()
+
+
 def accelerate(log_dir: Path) -> tuple[object, int]:
     from accelerate import Accelerator
 
     from core_monitor.integrations.accelerate import MonitorTracker
-    from core_monitor.integrations.step_time import StepClock
 
     tracker = MonitorTracker(BACKENDS, run_name="steptime", log_dir=log_dir)
     accelerator = Accelerator(cpu=True, log_with=tracker, project_dir=str(log_dir))
@@ -115,22 +140,14 @@ def accelerate(log_dir: Path) -> tuple[object, int]:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     loader = torch.utils.data.DataLoader(dataset(), batch_size=4, collate_fn=collate)
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
-    clock = StepClock("step_time")
-    clock.idle()
-    for step, batch in enumerate(loader):
-        if step == 4:
-            break
-        clock.start()
-        loss = model(batch["x"], batch["labels"])["loss"]
-        clock.backward()
+
+    def backward(loss: torch.Tensor) -> None:
         accelerator.backward(loss)
         optimizer.step()
         optimizer.zero_grad()
-        clock.end()
-        if step % 2 == 1:
-            times = clock.collect()  # every rank: one all_gather
-            accelerator.log({"loss": loss.item(), **times}, step=step)
-            clock.idle()
+
+    timed_steps(loader, lambda batch: model(batch["x"], batch["labels"])["loss"], backward,
+                lambda values, step: accelerator.log(values, step=step))
     accelerator.end_training()
     return tracker.monitor, accelerator.process_index
 
@@ -140,7 +157,6 @@ def deepspeed(log_dir: Path) -> tuple[object, int]:
     docs/frameworks/deepspeed.md says; the engine's monitor (an ``experiment_monitors``
     section) logs the cross-rank view from rank 0."""
     from core_monitor.integrations.deepspeed import initialize
-    from core_monitor.integrations.step_time import StepClock
 
     model = Net()
     config = {"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1,
@@ -150,21 +166,13 @@ def deepspeed(log_dir: Path) -> tuple[object, int]:
     engine, _, _, _ = initialize(model=model, model_parameters=model.parameters(),
                                  config=config)
     loader = torch.utils.data.DataLoader(dataset(), batch_size=4, collate_fn=collate)
-    clock = StepClock("step_time")
-    clock.idle()
-    for step, batch in enumerate(loader):
-        if step == 4:
-            break
-        clock.start()
-        loss = engine(batch["x"], batch["labels"])["loss"]
-        clock.backward()
+
+    def backward(loss: torch.Tensor) -> None:
         engine.backward(loss)
         engine.step()
-        clock.end()
-        if step % 2 == 1:
-            times = clock.collect()  # every rank: one all_gather
-            engine.monitor.monitor.log({"loss": loss.item(), **times}, step=step)
-            clock.idle()
+
+    timed_steps(loader, lambda batch: engine(batch["x"], batch["labels"])["loss"], backward,
+                lambda values, step: engine.monitor.monitor.log(values, step=step))
     engine.monitor.close()
     return engine.monitor.monitor, engine.global_rank
 
