@@ -21,6 +21,7 @@ from core_monitor import BackendWarning, ConfigError, ConfigWarning, Monitor, Ru
 from core_monitor import journal as J
 from core_monitor.cli import main as monitors
 from core_monitor.events import Batch
+from core_monitor.syncing import sync_journal
 
 DISPATCHES = ["process", "thread", "sync"]
 
@@ -225,6 +226,29 @@ def test_sync_to_another_backend_has_its_own_cursor(make, tmp_path, capsys):
     assert monitors(["sync", str(folder), "--to", "faulty", "--quiet"]) == 0
     assert read_steps(run) == [0, 1, 2]
     assert not other.exists()
+
+
+def test_sync_completes_a_call_the_backend_stored_in_part(make, tmp_path):
+    """A writer killed inside a call (Aim and DVCLive store a call tag by tag) left 4 of its
+    10 points: the sync skips the calls stored whole and delivers only the 6 points that call
+    lacks, so that no point is stored twice."""
+    monitor = make(log_dir=tmp_path, dispatch="sync", keep_journal=True)
+    for step in range(3):
+        monitor.log({f"m{i}": step + i / 8 for i in range(10)}, step=step)
+        if step == 0:
+            monitor.flush()
+    monitor.close()
+    folder = J.journal_folder(monitor.run)
+    J.cursor_path(folder, "jsonl").write_text("2\n")  # confirmed: START and step 0 only
+    path = tmp_path / "p" / "r.jsonl"
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    path.write_text("".join(lines[:-6]), encoding="utf-8")  # m4..m9 of step 2 never stored
+    report = sync_journal(folder)
+    assert report.complete and (report.delivered, report.skipped) == ({"jsonl": 1},
+                                                                       {"jsonl": 1})
+    rows = read_rows(monitor.run)
+    assert sorted(rows) == sorted((f"m{i}", step, step + i / 8)
+                                  for step in range(3) for i in range(10))
 
 
 def test_resume_allow_delivers_the_leftovers_first(tmp_path):

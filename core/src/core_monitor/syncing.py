@@ -29,6 +29,7 @@ from typing import Any
 from . import journal
 from .dispatch.backends import Backend, new_manager, start_backend
 from .errors import ConfigError
+from .events import Batch
 from .journal import CLOSE, START
 from .media import MediaRoutes
 from .readers import load_reader
@@ -192,7 +193,7 @@ def _sync_held(folder: Path, name: str, spec: tuple[str, str, dict[str, Any]] | 
         return 0, 0, f"{type(error).__name__}: {error}"
     run = dataclasses.replace(last.run, resume="allow", resumed=False, last_step=None)
     recorded = dict(spec[2]) if spec is not None else {}
-    skip = already_stored(folder, name, run, {**recorded, **options}, cursor)
+    skip, held = already_stored(folder, name, run, {**recorded, **options}, cursor)
     try:
         backend = start_backend(new_manager(), name, cls, run, {**recorded, **options})
     except Exception as error:
@@ -203,7 +204,7 @@ def _sync_held(folder: Path, name: str, spec: tuple[str, str, dict[str, Any]] | 
     since = cursor
     try:
         while True:
-            position, count, ended = _deliver(folder, backend, since, bar, skip)
+            position, count, ended = _deliver(folder, backend, since, bar, skip, held)
             delivered += count
             since = position
             if not follow or ended:
@@ -220,12 +221,12 @@ def _sync_held(folder: Path, name: str, spec: tuple[str, str, dict[str, Any]] | 
     return delivered - len(skip), len(skip), None
 
 
-def _deliver(folder: Path, backend: Backend, since: int, bar: Any,
-             skip: set[int]) -> tuple[int, int, bool]:
-    """Hand ``backend`` every call from ``since`` but those of ``skip`` (already stored),
-    flushing and moving its cursor every
-    ``SYNC_FLUSH_CALLS``; ``(the seq after the last record read, calls, the journal's last
-    record is a CLOSE)``.
+def _deliver(folder: Path, backend: Backend, since: int, bar: Any, skip: set[int],
+             held: Mapping[int, Counter[tuple[str, int]]]) -> tuple[int, int, bool]:
+    """Hand ``backend`` every call from ``since`` but those of ``skip`` (already stored), and
+    of a call in ``held`` (stored in part) only the points its storage lacks, flushing and
+    moving its cursor every ``SYNC_FLUSH_CALLS``; ``(the seq after the last record read,
+    calls, the journal's last record is a CLOSE)``.
 
     Raises:
         Exception: what the backend raised (its cursor stays at its last flush).
@@ -238,6 +239,8 @@ def _deliver(folder: Path, backend: Backend, since: int, bar: Any,
             continue
         function = backend.hooks.get(hook)
         if function is not None and seq not in skip:
+            if seq in held:
+                kwargs = {**kwargs, "events": _without(kwargs["events"], held[seq])}
             function(**kwargs)
         count += 1
         unflushed += 1
@@ -251,23 +254,27 @@ def _deliver(folder: Path, backend: Backend, since: int, bar: Any,
 
 
 def already_stored(folder: Path, name: str, run: RunInfo, options: Mapping[str, Any],
-                   cursor: int) -> set[int]:
-    """The seqs of the calls past ``cursor`` that backend ``name`` already stored: the
-    window between its last confirmed flush and the end of the writer that stored them (the
-    job was killed before the next flush). Read with the backend's reader
-    (``core_monitor.readers``): the ``(tag, step)`` points it holds, less those of the calls
-    before the cursor, are matched to the calls of the window in order; the first call not
-    wholly stored ends the match (a writer stores its calls in order). Only scalar calls
-    (``monitor_write``) are matched; the others in that stretch are delivered again (a config
-    update is idempotent; media: at least once).
+                   cursor: int) -> tuple[set[int], dict[int, Counter[tuple[str, int]]]]:
+    """What backend ``name`` already stored of the calls past ``cursor``: the window between
+    its last confirmed flush and the end of the writer that stored them (the job was killed
+    before the next flush). Read with the backend's reader (``core_monitor.readers``): the
+    ``(tag, step)`` points it holds, less those of the calls before the cursor, are matched to
+    the calls of the window in order; the first call not wholly stored ends the match (a
+    writer stores its calls in order). A writer killed inside that call (Aim and DVCLive store
+    a call tag by tag) may have stored some of its points: those are returned too, so that only
+    the rest of that call is delivered. Only scalar calls (``monitor_write``) are matched; the
+    others in that stretch are delivered again (a config update is idempotent; media: at least
+    once).
 
-    Empty (everything past the cursor is delivered: at least once) when the backend has no
-    reader, its reader fails, or the journal no longer holds its first segment (the points
-    before the cursor cannot be counted then).
+    Returns:
+        ``(the seqs of the calls wholly stored, {seq: the points already stored} for the call
+        stored in part, if any)``. Both empty (everything past the cursor is delivered: at
+        least once) when the backend has no reader, its reader fails, or the journal no longer
+        holds its first segment (the points before the cursor cannot be counted then).
     """
     segments = journal.segment_paths(folder)
     if not segments or journal.first_seq(segments[0]) != 0:
-        return set()
+        return set(), {}
     window: list[tuple[int, Counter[tuple[str, int]] | None]] = []
     for seq, hook, kwargs in journal.calls(folder, cursor):
         if hook == "monitor_write":
@@ -276,12 +283,12 @@ def already_stored(folder: Path, name: str, run: RunInfo, options: Mapping[str, 
             window.append((seq, None))
     wanted = {key for _, points in window if points for key in points}
     if not wanted:
-        return set()
+        return set(), {}
     try:
         reader = load_reader(name)
         rows = reader.read_rows(run, **reader.options_for(reader.read_rows, options))
     except Exception:
-        return set()
+        return set(), {}
     stored: Counter[tuple[str, int]] = Counter(
         (tag, step) for tag, step, _ in rows if (tag, step) in wanted)
     for seq, hook, kwargs in journal.calls(folder):
@@ -294,10 +301,28 @@ def already_stored(folder: Path, name: str, run: RunInfo, options: Mapping[str, 
         if points is None:
             continue
         if any(stored[key] < count for key, count in points.items()):
-            break
+            part = Counter({key: min(stored[key], count) for key, count in points.items()
+                            if stored[key] > 0})
+            return skip, ({seq: part} if part else {})
         stored.subtract(points)
         skip.add(seq)
-    return skip
+    return skip, {}
+
+
+def _without(events: Batch, held: Counter[tuple[str, int]]) -> Batch:
+    """``events`` less the ``(tag, step)`` points of ``held`` (each as often as counted)."""
+    left = held.copy()
+    rows = []
+    for step, wall_time, row in events.rows:
+        kept = {}
+        for tag, value in row.items():
+            if left[(tag, step)] > 0:
+                left[(tag, step)] -= 1
+            else:
+                kept[tag] = value
+        if kept:
+            rows.append((step, wall_time, kept))
+    return Batch(tuple(rows))
 
 
 def _points(kwargs: Mapping[str, Any]) -> Counter[tuple[str, int]]:
