@@ -150,6 +150,21 @@ def dispatch_rows(results: dict[str, Any], add: Any) -> None:
             f"{_num(r['b_p99_us'], 2)} µs; {_num(r['bytes_per_row'], 0)} journal bytes per "
             "row)", f"{_num(r['a_us'], 2)} µs", f"{_num(r['b_us'], 2)} µs", "",
             f"{_num(r['added_us'], 2)} µs", "≤5 µs median, ≤50 µs p99", r["pass"])
+        if r.get("fsync_ms"):
+            add("P3-journal", "  the journal's fsync at flush() (what one arm's calls appended "
+                f"since the last fsync), local disk; the whole flush() "
+                f"{_num(r['flush_ms']['journal']['median'], 1)} ms",
+                f"{_num(r['fsync_ms']['median'], 2)} ms", "", "", "", "", None)
+        remote = r.get("remote")
+        if remote:
+            fsync = (f"{_num(remote['fsync_ms']['median'], 2)} ms" if remote["fsync_ms"]
+                     else "not timed")
+            add("P3-journal", f"  the journal in {remote['journal_dir']} (--journal-dir): "
+                f"per log() (p99 {_num(remote['p99_us'], 2)} µs); its fsync at flush() "
+                f"{fsync}, the whole flush() "
+                f"{_num(r['flush_ms']['remote']['median'], 1)} ms",
+                f"{_num(remote['us'], 2)} µs", f"{_num(r['a_us'], 2)} µs", "",
+                f"{_num(remote['us'] - r['a_us'], 2)} µs", "", None)
     r = results.get("P7")
     if r and "error" not in r:
         for target, row in r["steps"].items():

@@ -2,6 +2,7 @@
 
     python benchmarks/run.py [--quick] [--only B1,B3] [--backends trackio,tensorboard]
                              [--out benchmarks/results] [--keep] [--strict-targets]
+                             [--journal-dir /mnt/shared/journals]
 
 Every benchmark runs in its own subprocess (``--worker``), with every SDK folder under one temp
 dir, offline. Exit status: 1 when a benchmark failed, including a backend that stored fewer
@@ -62,6 +63,9 @@ JOB_TIMEOUT = 300
 #: (P-start took 621 s and P-close 327 s in --quick on 2 cores at load 10.)
 LONG_JOBS = {"P3-journal": 1800, "P7": 1800, "P-start": 3600, "P-close": 1500,
              "P7-sustained": 3600, "P7-system": 1800}
+#: The worker's environment variable naming ``--journal-dir`` (P3-journal's second journal
+#: folder, e.g. on a network filesystem, measured against the temp folder's local disk).
+JOURNAL_DIR_ENV = "MONITORS_BENCH_JOURNAL_DIR"
 PACKAGES = ("core-monitor", "trackio-monitor", "tensorboard-monitor", "wandb-monitor",
             "trackio", "tensorboard", "wandb", "tensorboardX", "pluggy", "protobuf",
             "mlflow-monitor", "mlflow", "google-crc32c", "torch")
@@ -121,7 +125,8 @@ def worker(job: str, quick: bool, root: Path) -> dict[str, Any]:
 # Runner side -----------------------------------------------------------------------------------
 
 
-def run_job(job: str, quick: bool, root: Path, logs: Path) -> dict[str, Any]:
+def run_job(job: str, quick: bool, root: Path, logs: Path,
+            journal_dir: Path | None = None) -> dict[str, Any]:
     folder = root / job
     folder.mkdir(parents=True)
     result = folder / "result.json"
@@ -131,10 +136,13 @@ def run_job(job: str, quick: bool, root: Path, logs: Path) -> dict[str, Any]:
     if quick:
         argv.append("--quick")
     timeout = LONG_JOBS.get(job, JOB_TIMEOUT)
+    env = sandbox_env(root)
+    if journal_dir is not None:
+        env[JOURNAL_DIR_ENV] = str(journal_dir.absolute())
     started = time.perf_counter()
     with log.open("w") as out:
         try:
-            proc = subprocess.run(argv, cwd=folder, env=sandbox_env(root), stdout=out,
+            proc = subprocess.run(argv, cwd=folder, env=env, stdout=out,
                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                   timeout=timeout, check=False)
             code = proc.returncode
@@ -159,6 +167,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep the temp dir of SDK files")
     parser.add_argument("--strict-targets", action="store_true",
                         help="exit 1 when a target is missed, too")
+    parser.add_argument("--journal-dir", type=Path,
+                        help="P3-journal: also time a journal in this folder (e.g. on a "
+                             "network filesystem) against one on the temp dir's disk")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--result", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--root", type=Path, help=argparse.SUPPRESS)
@@ -182,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = {}
     started = time.perf_counter()
     for job in jobs:
-        results[job] = run_job(job, args.quick, root, logs)
+        results[job] = run_job(job, args.quick, root, logs, args.journal_dir)
         status = "FAILED" if "error" in results[job] else "done"
         print(f"  {job:<16} {status} in {results[job]['seconds']:5.1f} s", flush=True)
     total = time.perf_counter() - started
