@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+from collections import Counter
 from types import ModuleType
 
 from core_monitor import Capabilities, RunInfo, discovery
@@ -49,3 +50,28 @@ def assert_crash_marks(run: RunInfo, reason: str) -> None:
             assert crash == "", (name, crash)
         else:
             assert crash is not None and crash.startswith(reason), (name, crash, reason)
+
+
+def stored(name: str, run: RunInfo) -> Counter[tuple[str, int]]:
+    """The ``(tag, step)`` points backend ``name`` holds of ``run``, each as often as stored.
+    SwanLab and ClearML cannot continue a run (not ``RESUMABLE``): what a resume or
+    ``monitors sync`` delivers to them lands in a new run of the same name, and their readers
+    read the newest; here each run is read, newest first, then moved out of the reader's sight
+    (into a folder ``read`` beside the runs' folder) so that the next one is."""
+    if name in RESUMABLE:
+        return Counter((tag, step) for tag, step, _ in READERS[name](run))
+    if name == "swanlab":
+        from swanlab_monitor.reader import find_run_dir as newest
+    else:
+        from clearml_monitor.reader import find_session as newest
+    points: Counter[tuple[str, int]] = Counter()
+    while True:
+        try:
+            folder = newest(run)
+        except LookupError:
+            return points
+        points.update((tag, step) for tag, step, _ in READERS[name](run))
+        aside = folder.parent.parent / "read" / folder.name
+        aside.parent.mkdir(exist_ok=True)
+        folder.rename(aside)
+

@@ -35,6 +35,7 @@ __all__ = ["CAPABILITY_VALUES", "LARGEST_STEP", "Capabilities", "sdk_distributio
 #: Accepted values of each capability with a closed set of values, the first one the default.
 CAPABILITY_VALUES: dict[str, tuple[Any, ...]] = {
     "rows_readable_after": ("flush", "close"),
+    "durable_after": ("flush", "close"),
     "value_dtype": ("float64", "float32"),
     "stores_config": (False, True),
     "supports_resume": (False, True),
@@ -62,6 +63,12 @@ class Capabilities:
         rows_readable_after: ``"flush"`` when the backend's own reader sees every row after
             ``monitor_flush`` while the run is open; ``"close"`` when only after
             ``monitor_close`` (an SDK without a flush, like wandb's offline writer).
+        durable_after: ``"flush"`` when every row handed to the backend before a
+            ``monitor_flush`` that returned is in its storage, and survives a kill of its
+            process (its journal cursor moves at each flush: ``core_monitor.journal``);
+            ``"close"`` when only a ``monitor_close`` makes sure of it (an SDK that writes
+            from a thread of its own and has no flush, like SwanLab): its cursor moves at close
+            alone, and after a kill ``monitors sync`` delivers what its storage lacks.
         value_dtype: ``"float64"`` when values are stored exactly; ``"float32"`` when the
             storage rounds them to single precision (TensorBoard event files).
         stores_config: whether the backend stores ``RunInfo.config`` at start and merges what
@@ -104,6 +111,7 @@ class Capabilities:
 
     name: str | None = None
     rows_readable_after: Literal["flush", "close"] = "flush"
+    durable_after: Literal["flush", "close"] = "flush"
     value_dtype: Literal["float64", "float32"] = "float64"
     stores_config: bool = False
     media_kinds: frozenset[str] = field(default_factory=frozenset)

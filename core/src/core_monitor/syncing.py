@@ -194,6 +194,11 @@ def _sync_held(folder: Path, name: str, spec: tuple[str, str, dict[str, Any]] | 
     run = dataclasses.replace(last.run, resume="allow", resumed=False, last_step=None)
     recorded = dict(spec[2]) if spec is not None else {}
     skip, held = already_stored(folder, name, run, {**recorded, **options}, cursor)
+    if not follow and skip:
+        end = _stored_through(folder, cursor, skip)
+        if end is not None:  # its storage holds everything: no new run (SwanLab, ClearML)
+            journal.write_cursor(folder, name, end)
+            return 0, len(skip), None
     try:
         backend = start_backend(new_manager(), name, cls, run, {**recorded, **options})
     except Exception as error:
@@ -307,6 +312,17 @@ def already_stored(folder: Path, name: str, run: RunInfo, options: Mapping[str, 
         stored.subtract(points)
         skip.add(seq)
     return skip, {}
+
+
+def _stored_through(folder: Path, since: int, skip: set[int]) -> int | None:
+    """The seq after the journal's last record when every call from ``since`` on is in
+    ``skip``; ``None`` when one is not (it must be delivered)."""
+    end = since
+    for seq, hook, _ in journal.calls(folder, since):
+        if hook not in (START, CLOSE) and seq not in skip:
+            return None
+        end = seq + 1
+    return end
 
 
 def _without(events: Batch, held: Counter[tuple[str, int]]) -> Batch:

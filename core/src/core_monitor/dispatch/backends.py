@@ -108,3 +108,18 @@ def _hooks_of(manager: pluggy.PluginManager, name: str,
                 ))
             hooks[hook] = impl.function
     return hooks
+
+
+def flush_confirms(cls: type) -> bool:
+    """Whether a ``monitor_flush`` of backend class ``cls`` that returned confirms every call
+    handed to it before, i.e. moves its journal cursor (``core_monitor.journal``):
+    ``Capabilities.durable_after == "flush"``. A backend whose storage holds its rows surely
+    only after ``monitor_close`` (SwanLab has no flush; its records reach its file from a thread
+    of its own) is confirmed at its close alone, so that a kill of the whole job after a flush
+    loses none of its calls: ``monitors sync`` delivers those its storage lacks."""
+    from ..capabilities import Capabilities
+
+    try:
+        return Capabilities.of(cls).durable_after == "flush"
+    except TypeError:  # a capabilities declaration the start reported already
+        return True

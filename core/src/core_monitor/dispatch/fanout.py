@@ -51,7 +51,7 @@ from ..media import MediaRoutes
 from ..resume import NoRunToResume, backend_state
 from ..run import RunInfo
 from . import wire
-from .backends import Backend, hook_names, new_manager, start_backend
+from .backends import Backend, flush_confirms, hook_names, new_manager, start_backend
 from .channel import FULL, GONE, ROOM, BackendSpec, Channel
 from .policy import Policy
 from .processes import (
@@ -684,7 +684,8 @@ class FanOut:
         for channel, ticket in tickets:
             if not channel.wait_flushed(ticket, deadline):
                 late[channel.name] = max(1, channel.pending(self.sent))
-            elif not isinstance(channel, WriterChannel):  # a writer moves its own cursor
+            elif not isinstance(channel, WriterChannel) and flush_confirms(
+                    type(channel.backend.instance)):  # a writer moves its own cursor
                 confirmed.append(channel)
         self._confirm(confirmed, seq)
         self.policy.deliver()

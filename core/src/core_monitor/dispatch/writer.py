@@ -73,7 +73,7 @@ from ..journal import CLOSE, START, calls, hold, write_cursor
 from ..media import MediaRoutes
 from ..resume import backend_state
 from . import wire
-from .backends import Backend, new_manager, start_backend
+from .backends import Backend, flush_confirms, new_manager, start_backend
 from .wire import (
     BUSY_SINCE,
     DRAIN_SECONDS,
@@ -157,6 +157,7 @@ class Writer:
         self.shared = mmap.mmap(shared_fd, SHARED_BYTES) if shared_fd >= 0 else None
         self.frames = wire.Frames()
         self.backend: Backend | None = None
+        self.flush_confirms = True  # backends.flush_confirms of the backend's class
         self.handled = 0  # hook calls handled (the undelivered count of a killed writer)
         self.read_bytes = 0
         # The training process, as it named itself: it may have died (and this writer been
@@ -365,6 +366,7 @@ class Writer:
             self.reply("start_failed", wire.exception_parts(error))
             return False
         self.backend = backend
+        self.flush_confirms = flush_confirms(cls)
         self.reply("ready", {"state": backend_state(backend.instance)})
         if since is not None and since < self.base:
             self.replay(since)
@@ -399,7 +401,7 @@ class Writer:
                     if hook == "gap":
                         self.capped(kwargs["seq"])
                         continue
-                    if self.call("monitor_flush", {}):
+                    if self.call("monitor_flush", {}) and self.flush_confirms:
                         self.confirm()
                     self.reply("flushed", kwargs["marker"], self.handled)
                 elif value is not None:  # "end", None is only the end of DATA

@@ -82,6 +82,8 @@ class SwanlabMonitor:
     capabilities: ClassVar[Capabilities] = Capabilities(
         name="swanlab",
         rows_readable_after="close",  # SwanLab has no flush; the record file is whole at finish
+        # ... and its thread writes records up to 0.5 s after log(): a flush confirms nothing
+        durable_after="close",
         value_dtype="float64",  # ScalarRecord holds a double
         stores_config=True,  # the run's config (files/config.yaml), merged on monitor_config
         media_kinds=media.KINDS,  # swanlab.Image (PNG) and swanlab.Text
