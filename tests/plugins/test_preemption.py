@@ -17,6 +17,7 @@ import time
 import jsonl_monitor
 import pytest
 from faulty_monitor import read_calls, read_steps
+from jobs import alive, descendants
 from trackers import BACKENDS, READERS, assert_crash_marks
 
 from core_monitor import Capabilities, Monitor, RunInfo, discovery
@@ -52,29 +53,6 @@ for step in range(300):
 print(json.dumps({"logged": os.getpid()}), flush=True)
 time.sleep(600)
 """
-
-
-def descendants(pid: int) -> list[int]:
-    """``pid``'s child processes, their children, and so on (``ps``)."""
-    listing = subprocess.run(["ps", "-A", "-o", "pid=,ppid="], capture_output=True, text=True,
-                             check=True).stdout
-    children: dict[int, list[int]] = {}
-    for line in listing.splitlines():
-        child, parent = (int(field) for field in line.split())
-        children.setdefault(parent, []).append(child)
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
-def alive(pid: int) -> bool:
-    """Whether ``pid`` is a process that has not ended (a zombie has ended)."""
-    state = subprocess.run(["ps", "-o", "stat=", "-p", str(pid)], capture_output=True,
-                           text=True).stdout.strip()
-    return bool(state) and not state.startswith("Z")
 
 
 def expected_rows() -> list[tuple[str, int, float]]:
