@@ -301,7 +301,7 @@ def already_stored(folder: Path, name: str, run: RunInfo, options: Mapping[str, 
             break
         if hook == "monitor_write":
             stored.subtract(key for key in _points(kwargs).elements() if key in wanted)
-    skip = set()
+    skip: set[int] = set()
     for seq, points in window:
         if points is None:
             continue

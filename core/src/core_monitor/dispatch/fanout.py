@@ -684,7 +684,7 @@ class FanOut:
         for channel, ticket in tickets:
             if not channel.wait_flushed(ticket, deadline):
                 late[channel.name] = max(1, channel.pending(self.sent))
-            elif not isinstance(channel, WriterChannel) and flush_confirms(
+            elif isinstance(channel, (InlineChannel, ThreadChannel)) and flush_confirms(
                     type(channel.backend.instance)):  # a writer moves its own cursor
                 confirmed.append(channel)
         self._confirm(confirmed, seq)
