@@ -232,6 +232,17 @@ def start_close_rows(results: dict[str, Any], add: Any) -> None:
                 "interpreter (now) vs fork of a host that imported them (not built)",
                 _range(row["fresh_s"], 3, " s"), _range(row["fork_s"], 3, " s"),
                 _ratio(row["ratio"]), "", "", None)
+    r = results.get("P-warmup")
+    if r and "error" not in r:
+        step = r["median_step_ms"]["none"]["median"]
+        for key, what in (("first_s", f"its first {r['first']} steps"),
+                          ("loop_s", f"all {r['steps']:,} steps")):
+            row = r[key]
+            add("P-warmup", f"a loop of {step:.1f} ms steps started right after Monitor() "
+                f"returns, the four writers still starting (process): {what} vs the loop "
+                "unmonitored, fresh interpreters",
+                _range(row["monitor"], 2, " s"), _range(row["none"], 2, " s"),
+                _ratio(row["ratio"]), "", "", None)
     r = results.get("P7-system")
     if r and "error" not in r:
         cost = r["sampler_cpu_ms_per_sample"]
