@@ -137,9 +137,7 @@ class WandbMonitor:
         """
         _check_options(options)
 
-    @staticmethod
-    def check_sdk() -> list[str]:  # the core runs it (core_monitor.sdk): what the SDK lacks
-        return _compat.problems()
+    check_sdk = staticmethod(_compat.problems)  # what the SDK lacks; the core runs it
 
     def __init__(
         self,
@@ -187,7 +185,6 @@ class WandbMonitor:
             init["dir"] = str(log_dir)
 
         self.step_metric = step_metric
-        self._closed = False
         #: The exit code ``monitor_close`` finishes the run with (``None``: a finished run;
         #: ``service.CRASH_EXIT_CODE`` once ``monitor_crash`` ran).
         self.exit_code: int | None = None
@@ -316,7 +313,7 @@ class WandbMonitor:
             TimeoutError: wandb-core did not write them within
                 ``_compat.WRITE_THROUGH_TIMEOUT`` seconds.
         """
-        if self._closed or self.run_file is None:
+        if self.run_file is None:  # mode='disabled': no file
             return
         try:
             self._write_through()
@@ -338,8 +335,6 @@ class WandbMonitor:
         """Merge ``config`` into the run's config (``run.config.update(...,
         allow_val_change=True)``: a key given again takes the new value), with the same key
         escaping as the config given at start."""
-        if self._closed:
-            raise RuntimeError("wandb: monitor_config after monitor_close")
         update = {escaped(key, self.step_metric): value for key, value in config.items()}
         self._config.update(update)
         try:
@@ -353,15 +348,12 @@ class WandbMonitor:
 
         When this plugin started wandb's service process and no other wandb run is active, the
         service is shut down (``wandb.teardown()``) so no ``wandb-core`` process outlives the
-        monitor. A second call does nothing.
+        monitor.
 
         Raises:
             TimeoutError: the exit record did not reach the file within
                 ``service.FINISH_TIMEOUT`` seconds.
         """
-        if self._closed:
-            return
-        self._closed = True
         try:
             self._finish()
         except ConnectionError as error:
@@ -383,8 +375,7 @@ class WandbMonitor:
         ``service.CRASH_FINISH_TIMEOUT`` seconds for the exit record. ``reason`` is not stored:
         wandb's exit record has no text.
         """
-        if not self._closed:
-            self.exit_code = service.CRASH_EXIT_CODE
+        self.exit_code = service.CRASH_EXIT_CODE
 
 
 #: Times a run goes on in a new service after wandb's service died under it (``_restart``).
