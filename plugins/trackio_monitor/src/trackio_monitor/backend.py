@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from core_monitor import Capabilities, ConfigError, Event, RunInfo, hookimpl
 from core_monitor.events import rows_by_step
 from core_monitor.media import MEDIA_KINDS
+from core_monitor.options import NonBlank
 from core_monitor.output import hidden
 from core_monitor.resume import NoRunToResume
 from core_monitor.sdk import sdk_error
@@ -81,8 +82,9 @@ class TrackioMonitor:
 
     @classmethod
     def check_options(cls, options: Mapping[str, Any]) -> None:
-        """What the annotations cannot say (blank names, ``server_url``'s scheme); run by the
-        core before Trackio is imported (see ``options.check_options``)."""
+        """What the annotations cannot say (``server_url``'s scheme; blank names are refused
+        by their ``NonBlank`` annotation); run by the core before Trackio is imported (see
+        ``options.check_options``)."""
         _options.check_options(options)
 
     check_sdk = staticmethod(_compat.problems)  # what the SDK lacks; the core runs it
@@ -91,10 +93,10 @@ class TrackioMonitor:
         self,
         run: RunInfo,
         *,
-        group: str | None = None,
+        group: NonBlank | None = None,
         resume: Literal["never", "allow", "must"] | None = None,
-        space_id: str | None = None,
-        server_url: str | None = None,
+        space_id: NonBlank | None = None,
+        server_url: NonBlank | None = None,
         private: bool | None = None,
         auto_log_gpu: bool | None = False,
         auto_log_cpu: bool | None = False,
