@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from . import journal
-from .dispatch.backends import Backend, new_manager, start_backend
+from .dispatch.backends import StartedBackend, new_manager, start_backend
 from .errors import ConfigError
 from .journal import CLOSE, START
 from .media import MediaRoutes
@@ -220,7 +220,7 @@ def _sync_held(folder: Path, name: str, spec: tuple[str, str, dict[str, Any]] | 
     return delivered - len(skip), len(skip), None
 
 
-def _deliver(folder: Path, backend: Backend, since: int, bar: Any,
+def _deliver(folder: Path, backend: StartedBackend, since: int, bar: Any,
              skip: set[int]) -> tuple[int, int, bool]:
     """Hand ``backend`` every call from ``since`` but those of ``skip`` (already stored),
     flushing and moving its cursor every
@@ -305,7 +305,7 @@ def _points(kwargs: Mapping[str, Any]) -> Counter[tuple[str, int]]:
     return Counter((tag, step) for step, _, values in kwargs["events"].rows for tag in values)
 
 
-def _call(backend: Backend, hook: str) -> None:
+def _call(backend: StartedBackend, hook: str) -> None:
     function = backend.hooks.get(hook)
     if function is not None:
         function()

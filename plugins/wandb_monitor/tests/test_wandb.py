@@ -122,7 +122,6 @@ def test_a_crash_finishes_the_run_with_exit_code_1_and_a_close_with_0(tmp_path):
     backend.monitor_flush()
     backend.monitor_crash(reason="the training process (pid 1) ended without closing")
     backend.monitor_close()
-    backend.monitor_close()  # a second close does nothing
     assert read_exit_code(crashed) == 1
     assert read_rows(crashed) == [("loss", step, 0.5) for step in range(3)]
 

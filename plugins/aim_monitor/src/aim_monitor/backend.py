@@ -86,9 +86,7 @@ class AimMonitor:
         tested_sdk=_compat.TESTED,  # outside this range the core warns once
     )
 
-    @staticmethod
-    def check_sdk() -> list[str]:  # the core runs it (core_monitor.sdk): what the SDK lacks
-        return _compat.problems()
+    check_sdk = staticmethod(_compat.problems)  # what the SDK lacks; the core runs it
 
     def __init__(self, run: RunInfo, *, repo: str | None = None,
                  experiment: str | None = None, tags: Sequence[NonBlank] | None = None) -> None:
