@@ -131,6 +131,7 @@ def main_rows(results: dict[str, Any]) -> tuple[list[list[str]], list[str]]:
                 "", _range(d["encode_and_write_us"], 1, " µs"), "", None)
     dispatch_rows(results, add)
     start_close_rows(results, add)
+    outage_rows(results, add)
     return rows, missed
 
 
@@ -269,6 +270,29 @@ def start_close_rows(results: dict[str, Any], add: Any) -> None:
                 f"{_num(m['a_us']['median'] / 1e3, 3)} ms/step",
                 f"{_num(m['b_us']['median'] / 1e3, 3)} ms/step", _ratio(m["ratio"]),
                 _range(m["added_us"], 1, " µs"), "", None)
+
+
+def outage_rows(results: dict[str, Any], add: Any) -> None:
+    """P-outage (``p_outage.py``): a sweep against an MLflow server that is down a while."""
+    r = results.get("P-outage")
+    if not r or "error" in r:
+        return
+    if "skipped" in r:
+        add("P-outage", f"skipped: {r['skipped']}", "", "", "", "", "", None)
+        return
+    lag = r["lag_s"]
+    add("P-outage", f"{r['workload']}: rows lost / duplicated of {r['rows_expected']:,}, "
+        "read back from the server", f"{r['rows_lost']} / {r['rows_duplicated']}", "", "", "",
+        "0 / 0", r["rows_lost"] == 0 and r["rows_duplicated"] == 0)
+    add("P-outage", "median step time per trainer: while the server is down or starting vs "
+        f"before (after vs before: {_ratio(r['after_over_before'])}; longest log() "
+        f"{_num(r['log_max_ms'], 2)} ms)", _range(r["during_ms"], 2, " ms"),
+        _range(r["before_ms"], 2, " ms"), _ratio(r["during_over_before"]), "",
+        "≤1.05× every trainer", r["during_over_before"]["max"] <= 1.05)
+    add("P-outage", "delivery lag: seconds from the server answering again until it holds "
+        "every step begun before" + (f" ({r['lag_unknown']} trainer(s) never did)"
+                                     if r["lag_unknown"] else ""),
+        _range(lag, 1, " s") if lag else "", "", "", "", "", None)
 
 
 def scale_rows(r: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
