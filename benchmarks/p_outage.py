@@ -29,13 +29,16 @@ reason where PostgreSQL is not installed.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -112,6 +115,93 @@ def trainer(index: int, steps: int, uri: str, folder: Path) -> None:
     (folder / f"result-{index}.json").write_text(json.dumps(result))
 
 
+# What used the CPU (the orchestrator's view) ------------------------------------------------------
+
+
+def process_table() -> dict[int, tuple[int, int, float]]:
+    """Every live process: PID -> (parent's PID, process group, CPU seconds user + system)."""
+    out = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:  # ended meanwhile
+            continue
+        out[int(entry)] = (int(fields[1]), int(fields[2]),
+                           (int(fields[11]) + int(fields[12])) / tick)
+    return out
+
+
+def descendants(table: dict[int, tuple[int, int, float]], roots: set[int]) -> set[int]:
+    """The PIDs below ``roots`` (children, their children, ...), ``roots`` excluded."""
+    found: set[int] = set()
+    frontier = set(roots)
+    while frontier:
+        frontier = {pid for pid, (ppid, _, _) in table.items() if ppid in frontier} - found
+        found |= frontier
+    return found
+
+
+def machine_busy() -> float:
+    """CPU seconds the whole machine spent busy (not idle, not waiting on I/O) since boot."""
+    with open("/proc/stat") as stat:
+        values = [int(v) for v in stat.readline().split()[1:]]
+    return (sum(values) - values[3] - values[4]) / os.sysconf("SC_CLK_TCK")
+
+
+class CpuMeter(threading.Thread):
+    """Every ``POLL_SECONDS`` until stopped: the machine's busy CPU seconds and those of the
+    MLflow server's and PostgreSQL's process groups, of the trainers and of their writers
+    (every process below a trainer). ``ids()`` gives the server's and PostgreSQL's PIDs
+    (``None`` while not started; a server restarted is another group) and the trainers'.
+    ``cores(a, b)``: the cores each used between two times."""
+
+    def __init__(self, ids: Callable[[], tuple[dict[str, int | None], set[int]]]) -> None:
+        super().__init__(daemon=True, name="p-outage:cpu")
+        self.ids = ids
+        self.samples: list[tuple[float, float, dict[str, tuple[Any, float]]]] = []
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopped.is_set():
+            now = time.time()
+            groups, trainers = self.ids()
+            table = process_table()
+            used: dict[str, tuple[Any, float]] = {
+                name: (pgid, sum(cpu for _, group, cpu in table.values() if group == pgid))
+                for name, pgid in groups.items()}
+            below = descendants(table, trainers)
+            # a process's CPU counts between two samples where it is alive: keyed by PID
+            used["trainers"] = (None, {pid: table[pid][2] for pid in trainers if pid in table})
+            used["writers"] = (None, {pid: table[pid][2] for pid in below})
+            self.samples.append((now, machine_busy(), used))
+            self.stopped.wait(POLL_SECONDS)
+
+    def cores(self, begin: float, end: float) -> dict[str, float]:
+        """Cores used between ``begin`` and ``end`` (``time.time()``): ``machine``, each
+        server's group (counted between two samples of the same group), the trainers and their
+        writers (counted per process alive at both samples)."""
+        inside = [s for s in self.samples if begin <= s[0] <= end]
+        if len(inside) < 2:
+            return {}
+        span = inside[-1][0] - inside[0][0]
+        out = {"machine": (inside[-1][1] - inside[0][1]) / span}
+        for name in inside[0][2]:
+            used = 0.0
+            for (_, _, a), (_, _, b) in itertools.pairwise(inside):
+                (key_a, cpu_a), (key_b, cpu_b) = a[name], b[name]
+                if isinstance(cpu_a, dict):
+                    used += sum(max(0.0, cpu_b[pid] - cpu) for pid, cpu in cpu_a.items()
+                                if pid in cpu_b)
+                elif key_a is not None and key_a == key_b:
+                    used += max(0.0, cpu_b - cpu_a)
+            out[name] = used / span
+        return out
+
+
 # The sweep (the benchmark's worker process) ------------------------------------------------------
 
 
@@ -126,12 +216,17 @@ def run(quick: bool, root: Path) -> dict[str, Any]:
     postgres = PostgresServer(binaries)
     server = MlflowPgServer(root / "mlflow-server", postgres)
     processes: list[subprocess.Popen[bytes]] = []
+    meter = CpuMeter(lambda: ({"mlflow server": server.process and server.process.pid,
+                               "postgres": postgres.process and postgres.process.pid},
+                              {p.pid for p in processes}))
     try:
         postgres.start()
         server.start()
-        timeline, polls = sweep(server, processes, root, trainers, steps, kill_at, down_for)
-        return summarize(server.uri, root, trainers, steps, timeline, polls, quick)
+        timeline, polls = sweep(server, processes, root, trainers, steps, kill_at, down_for,
+                                meter)
+        return summarize(server.uri, root, trainers, steps, timeline, polls, meter, quick)
     finally:
+        meter.stopped.set()
         for process in processes:  # only when the sweep failed: each exited otherwise
             if process.poll() is None:
                 process.kill()
@@ -141,12 +236,12 @@ def run(quick: bool, root: Path) -> dict[str, Any]:
 
 
 def sweep(server: Any, processes: list[subprocess.Popen[bytes]], root: Path, trainers: int,
-          steps: int, kill_at: float, down_for: float,
+          steps: int, kill_at: float, down_for: float, meter: CpuMeter,
           ) -> tuple[dict[str, float], list[tuple[float, list[int]]]]:
     """Start the trainers, let them go, kill the server and start it again; poll what it holds
     until every trainer ended. Returns the times (``time.time()``) of the go, the kill, the
     restart and the server's first answer, and the polls ``(time, [first step missing per
-    trainer])``."""
+    trainer])``; ``meter`` runs from the go to the end."""
     for index in range(trainers):
         log = (root / f"trainer-{index}.log").open("wb")
         processes.append(subprocess.Popen(
@@ -161,6 +256,7 @@ def sweep(server: Any, processes: list[subprocess.Popen[bytes]], root: Path, tra
         time.sleep(0.1)
     go = time.time()
     (root / "go").touch()
+    meter.start()
     time.sleep(max(0.0, go + kill_at - time.time()))
     killed = time.time()
     server.kill()
@@ -170,6 +266,7 @@ def sweep(server: Any, processes: list[subprocess.Popen[bytes]], root: Path, tra
     server.wait_healthy()
     back = time.time()
     polls = poll(server.uri, processes, root, trainers)
+    meter.stopped.set()
     return {"go": go, "killed": killed, "restarted": restarted, "back": back}, polls
 
 
@@ -216,43 +313,49 @@ def poll(uri: str, processes: list[subprocess.Popen[bytes]], root: Path,
 
 
 def summarize(uri: str, root: Path, trainers: int, steps: int, timeline: dict[str, float],
-              polls: list[tuple[float, list[int]]], quick: bool) -> dict[str, Any]:
+              polls: list[tuple[float, list[int]]], meter: CpuMeter,
+              quick: bool) -> dict[str, Any]:
     from core_monitor import RunInfo
     from mlflow_monitor import read_rows
 
+    results = [json.loads((root / f"result-{i}.json").read_text()) for i in range(trainers)]
+    lags = []
+    for index, result in enumerate(results):
+        # the last step begun before the server answered again, and when it was all there
+        wanted = max((s for s, t in enumerate(result["starts"]) if t < timeline["back"]),
+                     default=-1)
+        lags.append(next((t - timeline["back"] for t, firsts in polls
+                          if firsts[index] > wanted), None))
+    known = [lag for lag in lags if lag is not None]
+    timeline["all_in"] = timeline["back"] + max(known, default=0.0)
+    timeline["loops_end"] = min(r["starts"][-1] for r in results)
     per: list[dict[str, Any]] = []
     lost = duplicated = 0
-    lags = []
-    for index in range(trainers):
-        result = json.loads((root / f"result-{index}.json").read_text())
+    for index, result in enumerate(results):
         rows = read_rows(RunInfo(project=PROJECT, name=f"trainer-{index}"), tracking_uri=uri)
         counts = Counter((tag, step) for tag, step, _ in rows)
         expected = {(tag, step) for step in range(steps) for tag in row(step)}
         lost += len(expected - set(counts))
         duplicated += sum(n - 1 for n in counts.values()) + len(set(counts) - expected)
         periods = split(result, timeline)
+        step_ms = {k: statistics.median(v["step_s"]) * 1e3 for k, v in periods.items()
+                   if v["step_s"]}
+        log_us = {k: statistics.median(v["log_s"]) * 1e6 for k, v in periods.items()
+                  if v["log_s"]}
         longest = max(range(steps), key=result["log_s"].__getitem__)
-        before, during, after = (statistics.median(periods[k]) for k in
-                                 ("before", "during", "after"))
-        # the last step begun before the server answered again, and when it was all there
-        wanted = max((s for s, t in enumerate(result["starts"]) if t < timeline["back"]),
-                     default=-1)
-        lag = next((t - timeline["back"] for t, firsts in polls if firsts[index] > wanted),
-                   None)
-        lags.append(lag)
         per.append({
-            "trainer": index,
-            "before_ms": before * 1e3, "during_ms": during * 1e3, "after_ms": after * 1e3,
-            "during_over_before": during / before, "after_over_before": after / before,
-            "steps": {k: len(v) for k, v in periods.items()},
-            "log_max_ms": max(result["log_s"]) * 1e3,
+            "trainer": index, "step_ms": step_ms, "log_median_us": log_us,
+            "steps": {k: len(v["step_s"]) for k, v in periods.items()},
+            "during_over_before": step_ms["during"] / step_ms["before"],
+            "after_over_before": step_ms["after"] / step_ms["before"],
+            "log_max_ms": result["log_s"][longest] * 1e3,
             "log_max_at_s": result["starts"][longest] - timeline["go"],
             "log_p99_us": sorted(result["log_s"])[int(len(result["log_s"]) * 0.99)] * 1e6,
-            "log_median_us": statistics.median(result["log_s"]) * 1e6,
-            "close_s": result["close_s"], "lag_s": lag, "warnings": result["warnings"],
+            "close_s": result["close_s"], "lag_s": lags[index], "warnings": result["warnings"],
         })
     worst = max(p["during_over_before"] for p in per)
-    known = [lag for lag in lags if lag is not None]
+    bounds = [("before", "go", "killed"), ("during", "killed", "back"),
+              ("catching_up", "back", "all_in"), ("caught_up", "all_in", "loops_end")]
     return {
         "workload": f"{trainers} trainers x {steps:,} steps x {SCALARS} scalars to one mlflow "
                     f"server (PostgreSQL store), process mode, default options; a step = "
@@ -268,9 +371,12 @@ def summarize(uri: str, root: Path, trainers: int, steps: int, timeline: dict[st
         "trainers": per,
         "during_over_before": spread([p["during_over_before"] for p in per]),
         "after_over_before": spread([p["after_over_before"] for p in per]),
-        "before_ms": spread([p["before_ms"] for p in per]),
-        "during_ms": spread([p["during_ms"] for p in per]),
-        "after_ms": spread([p["after_ms"] for p in per]),
+        "step_ms": {k: spread([p["step_ms"][k] for p in per if k in p["step_ms"]])
+                    for k in PERIODS if any(k in p["step_ms"] for p in per)},
+        "log_median_us": {k: spread([p["log_median_us"][k] for p in per
+                                     if k in p["log_median_us"]])
+                          for k in PERIODS if any(k in p["log_median_us"] for p in per)},
+        "cores": {name: meter.cores(timeline[a], timeline[b]) for name, a, b in bounds},
         "log_max_ms": max(p["log_max_ms"] for p in per),
         "lag_s": spread(known) if known else None, "lag_unknown": len(lags) - len(known),
         "close_s": spread([p["close_s"] for p in per]),
@@ -280,14 +386,24 @@ def summarize(uri: str, root: Path, trainers: int, steps: int, timeline: dict[st
     }
 
 
-def split(result: dict[str, Any], timeline: dict[str, float]) -> dict[str, list[float]]:
-    """A trainer's step times by when each step began: before the kill, while the server was
-    down or starting, after it answered again."""
-    periods: dict[str, list[float]] = {"before": [], "during": [], "after": []}
-    for began, seconds in zip(result["starts"], result["step_s"], strict=True):
-        key = ("before" if began < timeline["killed"] else
-               "during" if began < timeline["back"] else "after")
-        periods[key].append(seconds)
+#: The periods of a trainer's steps, by when each began: before the kill; while the server was
+#: down or starting; after it answered again (``after``), split into until it held every step
+#: begun before that (``catching_up``, as seen for the slowest trainer) and later.
+PERIODS = ("before", "during", "after", "catching_up", "caught_up")
+
+
+def split(result: dict[str, Any], timeline: dict[str, float]) -> dict[str, dict[str, list[float]]]:
+    """A trainer's step and ``log()`` times (seconds) per period (``PERIODS``)."""
+    periods: dict[str, dict[str, list[float]]] = {
+        k: {"step_s": [], "log_s": []} for k in PERIODS}
+    for began, step_s, log_s in zip(result["starts"], result["step_s"], result["log_s"],
+                                    strict=True):
+        keys = (["before"] if began < timeline["killed"] else
+                ["during"] if began < timeline["back"] else
+                ["after", "catching_up" if began < timeline["all_in"] else "caught_up"])
+        for key in keys:
+            periods[key]["step_s"].append(step_s)
+            periods[key]["log_s"].append(log_s)
     return periods
 
 

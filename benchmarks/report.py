@@ -286,9 +286,16 @@ def outage_rows(results: dict[str, Any], add: Any) -> None:
         "0 / 0", r["rows_lost"] == 0 and r["rows_duplicated"] == 0)
     add("P-outage", "median step time per trainer: while the server is down or starting vs "
         f"before (after vs before: {_ratio(r['after_over_before'])}; longest log() "
-        f"{_num(r['log_max_ms'], 2)} ms)", _range(r["during_ms"], 2, " ms"),
-        _range(r["before_ms"], 2, " ms"), _ratio(r["during_over_before"]), "",
+        f"{_num(r['log_max_ms'], 2)} ms)", _range(r["step_ms"]["during"], 2, " ms"),
+        _range(r["step_ms"]["before"], 2, " ms"), _ratio(r["during_over_before"]), "",
         "≤1.05× every trainer", r["during_over_before"]["max"] <= 1.05)
+    for period in ("before", "during", "catching_up", "caught_up"):
+        if period not in r["step_ms"]:
+            continue
+        step, log, cores = r["step_ms"][period], r["log_median_us"][period], r["cores"][period]
+        used = ", ".join(f"{name} {value:.2f}" for name, value in cores.items())
+        add("P-outage", f"{period.replace('_', ' ')}: median step time; median log(); cores "
+            f"busy: {used}", _range(step, 2, " ms"), _range(log, 0, " µs"), "", "", "", None)
     add("P-outage", "delivery lag: seconds from the server answering again until it holds "
         "every step begun before" + (f" ({r['lag_unknown']} trainer(s) never did)"
                                      if r["lag_unknown"] else ""),
