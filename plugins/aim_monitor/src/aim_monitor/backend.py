@@ -25,6 +25,7 @@ from .storage import (
     HPARAMS,
     Segments,
     context_of,
+    is_remote,
     repo_path,
 )
 
@@ -202,10 +203,12 @@ class AimMonitor:
     def monitor_close(self) -> None:
         """Finish the run (``run.close()``: its end time), then index it (``_compat.index_runs``,
         what ``aim up`` does) so that ``aim.Repo`` sees it finished with no ``aim up`` or
-        ``aim storage reindex``."""
+        ``aim storage reindex``. A run on an Aim server (``repo="aim://..."``) is not indexed
+        here: the repository is the server's (``aim up`` there, or the readers, index it)."""
         run_hash, root = self._run.hash, self._run.repo.root_path
         self._run.close()
-        _compat.index_runs(root, [run_hash])
+        if not is_remote(self._repo):  # a server's repository is indexed where it lives
+            _compat.index_runs(root, [run_hash])
 
 
 if TYPE_CHECKING:  # a type checker proves the class has the shape core-monitor expects
