@@ -582,7 +582,9 @@ def bench(session: nox.Session) -> None:
     """
     wheels = build_wheels(session, [CORE, *PLUGINS.values()])
     # P7 trains a torch MLP on the CPU: the CPU wheel when one is on disk (torch_requirement).
-    install_wheels(session, wheels, "tensorboardX", "psutil", *torch_requirement())
+    # psycopg2-binary: P-outage's MLflow server keeps its store in PostgreSQL (tests/pg_servers.py).
+    install_wheels(session, wheels, "tensorboardX", "psutil", "psycopg2-binary",
+                   *torch_requirement())
     session.run("python", "benchmarks/run.py", *session.posargs, env=offline_env(session))
 
 

@@ -131,6 +131,7 @@ def main_rows(results: dict[str, Any]) -> tuple[list[list[str]], list[str]]:
                 "", _range(d["encode_and_write_us"], 1, " µs"), "", None)
     dispatch_rows(results, add)
     start_close_rows(results, add)
+    outage_rows(results, add)
     return rows, missed
 
 
@@ -247,6 +248,17 @@ def start_close_rows(results: dict[str, Any], add: Any) -> None:
                 "interpreter (now) vs fork of a host that imported them (not built)",
                 _range(row["fresh_s"], 3, " s"), _range(row["fork_s"], 3, " s"),
                 _ratio(row["ratio"]), "", "", None)
+    r = results.get("P-warmup")
+    if r and "error" not in r:
+        step = r["median_step_ms"]["none"]["median"]
+        for key, what in (("first_s", f"its first {r['first']} steps"),
+                          ("loop_s", f"all {r['steps']:,} steps")):
+            row = r[key]
+            add("P-warmup", f"a loop of {step:.1f} ms steps started right after Monitor() "
+                f"returns, the four writers still starting (process): {what} vs the loop "
+                "unmonitored, fresh interpreters",
+                _range(row["monitor"], 2, " s"), _range(row["none"], 2, " s"),
+                _ratio(row["ratio"]), "", "", None)
     r = results.get("P7-system")
     if r and "error" not in r:
         cost = r["sampler_cpu_ms_per_sample"]
@@ -273,6 +285,36 @@ def start_close_rows(results: dict[str, Any], add: Any) -> None:
                 f"{_num(m['a_us']['median'] / 1e3, 3)} ms/step",
                 f"{_num(m['b_us']['median'] / 1e3, 3)} ms/step", _ratio(m["ratio"]),
                 _range(m["added_us"], 1, " µs"), "", None)
+
+
+def outage_rows(results: dict[str, Any], add: Any) -> None:
+    """P-outage (``p_outage.py``): a sweep against an MLflow server that is down a while."""
+    r = results.get("P-outage")
+    if not r or "error" in r:
+        return
+    if "skipped" in r:
+        add("P-outage", f"skipped: {r['skipped']}", "", "", "", "", "", None)
+        return
+    lag = r["lag_s"]
+    add("P-outage", f"{r['workload']}: rows lost / duplicated of {r['rows_expected']:,}, "
+        "read back from the server", f"{r['rows_lost']} / {r['rows_duplicated']}", "", "", "",
+        "0 / 0", r["rows_lost"] == 0 and r["rows_duplicated"] == 0)
+    add("P-outage", "median step time per trainer: while the server is down or starting vs "
+        f"before (after vs before: {_ratio(r['after_over_before'])}; longest log() "
+        f"{_num(r['log_max_ms'], 2)} ms)", _range(r["step_ms"]["during"], 2, " ms"),
+        _range(r["step_ms"]["before"], 2, " ms"), _ratio(r["during_over_before"]), "",
+        "≤1.05× every trainer", r["during_over_before"]["max"] <= 1.05)
+    for period in ("before", "during", "catching_up", "caught_up"):
+        if period not in r["step_ms"]:
+            continue
+        step, log, cores = r["step_ms"][period], r["log_median_us"][period], r["cores"][period]
+        used = ", ".join(f"{name} {value:.2f}" for name, value in cores.items())
+        add("P-outage", f"{period.replace('_', ' ')}: median step time; median log(); cores "
+            f"busy: {used}", _range(step, 2, " ms"), _range(log, 0, " µs"), "", "", "", None)
+    add("P-outage", "delivery lag: seconds from the server answering again until it holds "
+        "every step begun before" + (f" ({r['lag_unknown']} trainer(s) never did)"
+                                     if r["lag_unknown"] else ""),
+        _range(lag, 1, " s") if lag else "", "", "", "", "", None)
 
 
 def scale_rows(r: dict[str, Any]) -> tuple[list[str], list[list[str]]]:

@@ -54,15 +54,18 @@ JOBS: list[tuple[str, tuple[str, ...]]] = [
     ("P-close", (*BACKENDS, "mlflow")),
     ("P7-sustained", (*BACKENDS, "mlflow")),
     ("P7-system", (*BACKENDS, "mlflow")),
+    ("P-warmup", (*BACKENDS, "mlflow")),
     ("P-large", ()),
     ("P-host", (*BACKENDS, "mlflow")),
+    ("P-outage", ("mlflow",)),
 ]
 JOB_TIMEOUT = 300
 #: Jobs that need longer (seconds, full run): P7 starts a monitor per arm and repetition;
 #: P-start a fresh interpreter per arm; P7-sustained trains 20,000 steps per arm.
 #: (P-start took 621 s and P-close 327 s in --quick on 2 cores at load 10.)
 LONG_JOBS = {"P3-journal": 1800, "P7": 1800, "P-start": 3600, "P-close": 1500,
-             "P7-sustained": 3600, "P7-system": 1800}
+             "P7-sustained": 3600, "P7-system": 1800, "P-warmup": 1800,
+             "P-outage": 1800}
 #: The worker's environment variable naming ``--journal-dir`` (P3-journal's second journal
 #: folder, e.g. on a network filesystem, measured against the temp folder's local disk).
 JOURNAL_DIR_ENV = "MONITORS_BENCH_JOURNAL_DIR"
@@ -78,7 +81,7 @@ PACKAGES = ("core-monitor", "trackio-monitor", "tensorboard-monitor", "wandb-mon
 MODULE_JOBS = {"B1-mlflow": "b1_mlflow", "B6": "b6_scale", "B7": "b7_media",
                "P-start": "p_start", "P-close": "p_close", "P7-sustained": "p7_sustained",
                "P-large": "p_large", "P-host": "p_host", "P7-system": "p_system",
-               "P3-journal": "p_journal"}
+               "P3-journal": "p_journal", "P-warmup": "p_warmup", "P-outage": "p_outage"}
 
 
 def worker(job: str, quick: bool, root: Path) -> dict[str, Any]:

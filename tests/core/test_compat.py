@@ -40,6 +40,19 @@ def test_require_sdk_is_refused_naming_the_declaration_that_replaces_it():
         require_sdk("pluggy", "core-monitor")
 
 
+def test_require_sdk_at_its_old_import_path_is_refused_and_no_longer_exported():
+    """A third-party plugin written before this release imports it from ``compat`` and calls it
+    at import time: the import works (for one release), the call names the replacement."""
+    import core_monitor.compat
+    import core_monitor.sdk
+    from core_monitor.compat import require_sdk as old
+
+    assert "require_sdk" not in core_monitor.sdk.__all__ + core_monitor.compat.__all__
+    with pytest.raises(TypeError, match=r"is removed: delete the call and declare the SDK on the "
+                                        r"backend class, capabilities = Capabilities\(tested_sdk="):
+        old("mysdk", "mysdk")
+
+
 def test_ensure_sdk_from_a_plugin_is_refused_naming_what_replaces_it():
     with pytest.raises(TypeError, match=r"ensure_sdk\('stale_monitor'\) takes the backend class, "
                                         r"and a plugin no longer calls it: delete the call"):

@@ -169,7 +169,7 @@ def test_the_generated_backend_has_every_member_of_the_backend_protocol(work, mo
     from shape_monitor import ShapeMonitor
 
     members = {n for n, v in vars(Backend).items()
-               if not n.startswith("_") and (inspect.isfunction(v) or isinstance(v, classmethod))}
+               if not n.startswith("_") and (inspect.isfunction(v) or isinstance(v, property))}
     members |= set(Backend.__annotations__)
     assert {"check_sdk", "capabilities", "monitor_write"} <= members
     assert not hasattr(ShapeMonitor, "check_options")  # optional: the types say enough here

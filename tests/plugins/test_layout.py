@@ -110,3 +110,42 @@ def test_the_checks_find_a_circle_and_a_direct_sdk_import(tmp_path):
     (tmp_path / "media.py").write_text("from . import reader\nimport trackio.utils\n")
     assert cycle(imports(tmp_path)) == ["media", "reader", "media"]
     assert sdk_importers(tmp_path, "trackio") == {"media"}
+
+
+#: Plugins whose ``check_sdk`` does more than report ``_compat.problems()``, and why: a
+#: method of their own, where every other plugin declares it in one line.
+CHECK_SDK_OF_THEIR_OWN = {
+    "clearml": "sets aside the ClearML task variables a process inherited before importing it",
+    "swanlab": "also needs SwanLab's dashboard package when SWANLAB_MODE=local",
+}
+
+
+def check_sdk_line(package: Path) -> str | None:
+    """The source of ``check_sdk = ...`` in the backend class of ``package``'s ``backend.py``;
+    ``None`` when the class defines it otherwise (a method) or not at all."""
+    tree = ast.parse((package / "backend.py").read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):
+            for item in node.body:
+                if isinstance(item, ast.Assign) and any(
+                    isinstance(t, ast.Name) and t.id == "check_sdk" for t in item.targets
+                ):
+                    return ast.unparse(item)
+    return None
+
+
+@pytest.mark.parametrize("plugin", sorted(set(PACKAGES) - set(CHECK_SDK_OF_THEIR_OWN)))
+def test_check_sdk_is_declared_in_one_line(plugin):
+    """The SDK-problems idiom is one line the Backend protocol type-checks: the plugin's fenced
+    internals (``_compat.problems``), or ``no_sdk`` for a plugin without an SDK."""
+    wanted = ("check_sdk = staticmethod(_compat.problems)"
+              if (PACKAGES[plugin] / "_compat.py").exists() else "check_sdk = staticmethod(no_sdk)")
+    assert check_sdk_line(PACKAGES[plugin]) == wanted
+
+
+def test_the_one_line_check_finds_a_method(tmp_path):
+    (tmp_path / "backend.py").write_text(
+        "class M:\n    @staticmethod\n    def check_sdk():\n        return []\n")
+    assert check_sdk_line(tmp_path) is None
+    (tmp_path / "backend.py").write_text("class M:\n    check_sdk = staticmethod(no_sdk)\n")
+    assert check_sdk_line(tmp_path) == "check_sdk = staticmethod(no_sdk)"

@@ -7,9 +7,10 @@ from .sdk import (
     check_installed,
     ensure_sdk,
     packages_distributions,
-    require_sdk,
     sdk_error,
 )
+from .sdk import (
+    require_sdk as require_sdk,  # not exported: importable for one release, and refusing
+)
 
-__all__ = ["Plugin", "check_installed", "ensure_sdk", "packages_distributions", "require_sdk",
-           "sdk_error"]
+__all__ = ["Plugin", "check_installed", "ensure_sdk", "packages_distributions", "sdk_error"]

@@ -16,7 +16,7 @@ and the ``Monitor`` method that sends it; every dispatch mode carries any hook b
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import pluggy
@@ -90,7 +90,10 @@ def monitor_flush() -> None:
 def monitor_close() -> None:
     """Flush, release files, threads and processes, and finish the run.
 
-    The core calls it once per backend; a backend should still tolerate a second call.
+    The core calls it once per backend, as the last call: no hook follows it, and a second
+    ``Monitor.close()`` does not call it again (``core_monitor.dispatch`` drops its channels
+    before closing; the contract kit's ``test_no_hook_is_called_after_close`` proves it), so a
+    backend needs no ``if self._closed: return`` guard.
     """
 
 
@@ -209,10 +212,17 @@ class Backend(Protocol):
         what only the SDK can refuse (naming the option, the value and the fix).
         """
 
-    @classmethod
-    def check_sdk(cls) -> list[str]:
-        """Import the SDK and return what it lacks of what the backend relies on, one short
-        phrase each (``["no mysdk.Run._flush"]``); ``[]`` when nothing (or no SDK).
+    @property
+    def check_sdk(self) -> Callable[[], list[str]]:
+        """A function of no arguments that imports the SDK and returns what it lacks of what
+        the backend relies on, one short phrase each (``["no mysdk.Run._flush"]``); ``[]``
+        when nothing. Declared as a class attribute, usually in one line::
+
+            check_sdk = staticmethod(_compat.problems)  # the plugin's fenced SDK internals
+            check_sdk = staticmethod(no_sdk)  # no SDK (``core_monitor.sdk.no_sdk``)
+
+        (a ``staticmethod`` or ``classmethod`` of the class's own fits the same shape; the
+        protocol spells it as a read-only property only so a type checker accepts all three).
 
         Run by the core once per process before the backend is first constructed
         (``core_monitor.sdk.ensure_sdk``) and by ``monitors list --check``: a problem
@@ -220,7 +230,7 @@ class Backend(Protocol):
         ``capabilities.tested_sdk``. A backend never calls it itself.
 
         Raises:
-            ImportError: the SDK is not installed (the core reports it as a
+            ImportError: (the function) the SDK is not installed (the core reports it as a
                 ``BackendLoadError`` naming the package to install).
         """
 

@@ -8,10 +8,11 @@ declares, on its backend class, what it was tested with and what it relies on::
         #: distribution's install requirement names only the lowest (``mysdk>=1.2``).
         capabilities: ClassVar[Capabilities] = Capabilities(tested_sdk="mysdk>=1.2,<1.4")
 
-        @classmethod
-        def check_sdk(cls) -> list[str]:
-            import mysdk
-            return [] if hasattr(mysdk.Run, "_flush") else ["no mysdk.Run._flush"]
+        #: What the SDK lacks, one phrase each (``_compat.py``: ``import mysdk; return [] if
+        #: hasattr(mysdk.Run, "_flush") else ["no mysdk.Run._flush"]``); ``[]``: nothing.
+        check_sdk = staticmethod(_compat.problems)
+
+A backend without an SDK writes ``check_sdk = staticmethod(no_sdk)``.
 
 The core runs the checks; a plugin calls none of them:
 
@@ -42,12 +43,20 @@ from .capabilities import Capabilities, sdk_distribution
 from .errors import BackendLoadError, SdkVersionWarning
 from .plugins import Plugin, packages_distributions
 
-__all__ = ["Plugin", "check_installed", "ensure_sdk", "packages_distributions", "require_sdk",
+# ``require_sdk`` is no longer exported: it stays importable for one release only to tell a
+# third-party plugin still calling it what replaces it.
+__all__ = ["Plugin", "check_installed", "ensure_sdk", "no_sdk", "packages_distributions",
            "sdk_error"]
 
 _lock = threading.Lock()
 #: backend class -> the error its check raised (``None``: it passed). One check per process.
 _checked: dict[type, BackendLoadError | None] = {}
+
+
+def no_sdk() -> list[str]:
+    """The ``check_sdk`` of a backend without an SDK: nothing can be missing, ``[]``
+    (``check_sdk = staticmethod(no_sdk)``)."""
+    return []
 
 
 def require_sdk(module: str, distribution: str) -> None:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from . import journal
-from .dispatch.backends import Backend, new_manager, start_backend
+from .dispatch.backends import StartedBackend, new_manager, start_backend
 from .errors import ConfigError
 from .events import Batch
 from .journal import CLOSE, START
@@ -226,7 +226,7 @@ def _sync_held(folder: Path, name: str, spec: tuple[str, str, dict[str, Any]] | 
     return delivered - len(skip), len(skip), None
 
 
-def _deliver(folder: Path, backend: Backend, since: int, bar: Any, skip: set[int],
+def _deliver(folder: Path, backend: StartedBackend, since: int, bar: Any, skip: set[int],
              held: Mapping[int, Counter[tuple[str, int]]]) -> tuple[int, int, bool]:
     """Hand ``backend`` every call from ``since`` but those of ``skip`` (already stored), and
     of a call in ``held`` (stored in part) only the points its storage lacks, flushing and
@@ -346,7 +346,7 @@ def _points(kwargs: Mapping[str, Any]) -> Counter[tuple[str, int]]:
     return Counter((tag, step) for step, _, values in kwargs["events"].rows for tag in values)
 
 
-def _call(backend: Backend, hook: str) -> None:
+def _call(backend: StartedBackend, hook: str) -> None:
     function = backend.hooks.get(hook)
     if function is not None:
         function()

@@ -249,7 +249,6 @@ def test_a_crash_ends_the_run_failed_with_the_reason_as_a_tag(tmp_path):
     backend.monitor_write([Event("loss", 0.5, step, 1.0e9 + step) for step in range(3)])
     backend.monitor_crash(reason="the training process (pid 1) ended without closing")
     backend.monitor_close()
-    backend.monitor_close()  # a second close does nothing
     found = find_run(crashed)
     assert found.info.status == "FAILED"
     assert found.data.tags[CRASH_TAG] == "the training process (pid 1) ended without closing"

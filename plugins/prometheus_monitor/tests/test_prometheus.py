@@ -182,7 +182,6 @@ def test_a_push_that_fails_names_the_pushgateway_and_keeps_the_values(tmp_path: 
     assert read_rows(run) == [("loss", 2, 1.5)]
     with pytest.raises(OSError, match="Pushgateway"):
         backend.monitor_close()
-    backend.monitor_close()  # once only
 
 
 # A real Prometheus and Pushgateway (prometheus_servers) ------------------------------------

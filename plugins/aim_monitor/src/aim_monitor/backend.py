@@ -6,6 +6,7 @@ import of this module.
 
 from __future__ import annotations
 
+import time
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -25,6 +26,7 @@ from .storage import (
     HPARAMS,
     Segments,
     context_of,
+    is_remote,
     repo_path,
 )
 
@@ -33,6 +35,17 @@ if TYPE_CHECKING:
 
 #: Aim's ``Distribution`` holds at most this many bins.
 MAX_BINS = 512
+
+
+#: Seconds ``monitor_flush`` waits, on an Aim server, without a write taken before it raises.
+FLUSH_WAIT = 10.0
+#: Seconds between two looks at Aim's client's backlog while ``monitor_flush`` waits.
+FLUSH_POLL = 0.05
+
+
+class AimDeliveryError(ConnectionError):
+    """The Aim server took none of the writes Aim's client holds for ``FLUSH_WAIT`` seconds
+    (it is down or restarting); the client keeps them and sends them when it reconnects."""
 
 
 class AimMonitor:
@@ -86,9 +99,7 @@ class AimMonitor:
         tested_sdk=_compat.TESTED,  # outside this range the core warns once
     )
 
-    @staticmethod
-    def check_sdk() -> list[str]:  # the core runs it (core_monitor.sdk): what the SDK lacks
-        return _compat.problems()
+    check_sdk = staticmethod(_compat.problems)  # what the SDK lacks; the core runs it
 
     def __init__(self, run: RunInfo, *, repo: str | None = None,
                  experiment: str | None = None, tags: Sequence[NonBlank] | None = None) -> None:
@@ -189,8 +200,32 @@ class AimMonitor:
 
     @hookimpl
     def monitor_flush(self) -> None:
-        """Nothing to do: Aim writes each ``track`` to its RocksDB databases (their write-ahead
-        log) at once, readable by ``aim.Repo`` in this and other processes."""
+        """Nothing to do for a local repository: Aim writes each ``track`` to its RocksDB
+        databases (their write-ahead log) at once, readable by ``aim.Repo`` in this and other
+        processes. On an Aim server (``repo="aim://..."``) wait until the server took every
+        write Aim's client holds, for as long as it takes them.
+
+        Raises:
+            AimDeliveryError: on an Aim server, no write was taken for ``FLUSH_WAIT`` seconds
+                (the server is down or restarting); Aim's client keeps them and sends them
+                when it reconnects, and the core keeps the backend's journal cursor before
+                them.
+        """
+        if not is_remote(self._repo):
+            return
+        left = _compat.remote_backlog(self._run)
+        deadline = time.monotonic() + FLUSH_WAIT
+        while left:
+            if time.monotonic() > deadline:
+                raise AimDeliveryError(
+                    f"aim: {left} write(s) not yet taken by the Aim server {self._repo}, which "
+                    f"took none for {FLUSH_WAIT:g} s; Aim's client keeps them and sends them "
+                    "when it reconnects")
+            time.sleep(FLUSH_POLL)
+            now = _compat.remote_backlog(self._run)
+            if now < left:  # the server takes writes: wait on
+                deadline = time.monotonic() + FLUSH_WAIT
+            left = now
 
     @hookimpl
     def monitor_crash(self, reason: str) -> None:
@@ -204,10 +239,12 @@ class AimMonitor:
     def monitor_close(self) -> None:
         """Finish the run (``run.close()``: its end time), then index it (``_compat.index_runs``,
         what ``aim up`` does) so that ``aim.Repo`` sees it finished with no ``aim up`` or
-        ``aim storage reindex``."""
+        ``aim storage reindex``. A run on an Aim server (``repo="aim://..."``) is not indexed
+        here: the repository is the server's (``aim up`` there, or the readers, index it)."""
         run_hash, root = self._run.hash, self._run.repo.root_path
         self._run.close()
-        _compat.index_runs(root, [run_hash])
+        if not is_remote(self._repo):  # a server's repository is indexed where it lives
+            _compat.index_runs(root, [run_hash])
 
 
 if TYPE_CHECKING:  # a type checker proves the class has the shape core-monitor expects

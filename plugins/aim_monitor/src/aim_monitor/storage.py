@@ -65,6 +65,16 @@ def repo_path(run: RunInfo, repo: str | None = None) -> str | None:
     return None
 
 
+#: How an Aim remote tracking server (``aim server``) is named as a repository.
+REMOTE_PREFIX = "aim://"
+
+
+def is_remote(repo: str | None) -> bool:
+    """Whether ``repo`` names an Aim remote tracking server (``aim://host:port``), whose
+    repository is the server's folder, not one of this machine."""
+    return repo is not None and repo.startswith(REMOTE_PREFIX)
+
+
 def context_of(segment: int) -> dict[str, int]:
     """The Aim context of a segment: ``{}`` for segment 0, else ``{"segment": n}``."""
     return {} if segment == 0 else {SEGMENT_KEY: segment}

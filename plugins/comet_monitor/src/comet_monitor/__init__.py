@@ -3,11 +3,10 @@ default), and its reader.
 
 Modules, each importing only those listed after it: ``backend`` (the hooks), ``reader``
 (read-back from the offline archives: scalars, config, media, tags, the crash mark),
-``media`` (writing images and text), ``output`` (keeping comet_ml's own lines off the
-terminal), ``storage`` (where the archives are, the names the plugin stores), ``_compat``
-(what the plugin relies on in comet_ml beyond its documented API, and its check). Importing
-this package does not import comet_ml; the backend's constructor does, with its import
-switches set first (``_compat.IMPORT_ENV``).
+``media`` (writing images and text), ``storage`` (where the archives are, the names the
+plugin stores), ``_compat`` (what the plugin relies on in comet_ml beyond its documented API,
+and its check). Importing this package does not import comet_ml; the backend's constructor
+does, with its import switches set first (``_compat.IMPORT_ENV``).
 """
 
 from __future__ import annotations

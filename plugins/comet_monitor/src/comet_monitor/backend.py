@@ -15,15 +15,21 @@ from core_monitor import Capabilities, ConfigError, Event, RunInfo, hookimpl
 from core_monitor.events import rows_by_step
 from core_monitor.media import MediaItem
 from core_monitor.options import NonBlank
+from core_monitor.output import hidden
 from core_monitor.resume import NoRunToResume
 
-from . import _compat, media, output, reader
+from . import _compat, media, reader
 from .media import MEDIA_KINDS
 from .storage import CRASH_OTHER, CRASH_TAG, GROUP_OTHER, STAGING, run_dir
 
 if TYPE_CHECKING:
     from core_monitor.hookspecs import MediaBackend
 
+#: What ``quiet`` hides (``core_monitor.output.hidden``): comet_ml logs through its
+#: ``comet_ml`` logger (``COMET INFO:`` lines): at ``end()`` an offline run prints that it is
+#: archiving and the ``comet upload <zip>`` command, an online run its URL. Its summary is off
+#: (``display_summary_level=0``); warnings and errors still show.
+QUIET_LOGGERS = ("comet_ml",)
 #: What Comet accepts as an experiment key (``comet_ml.is_valid_experiment_key``).
 EXPERIMENT_KEY = re.compile(r"[a-zA-Z0-9]{32,50}")
 #: Every automatic logging and environment probe of a Comet experiment off, its summary
@@ -89,7 +95,7 @@ class CometMonitor:
             (``COMET_API_KEY``, ``~/.comet.config``). Offline runs need none (``comet upload``
             reads Comet's configuration).
         quiet: ``True`` (default) hides comet_ml's ``COMET INFO`` lines while the plugin starts
-            and ends the experiment (``output``); ``False`` shows them.
+            and ends the experiment (``QUIET_LOGGERS``); ``False`` shows them.
 
     Raises:
         NoRunToResume: ``resume="must"`` with nothing to continue (nothing created).
@@ -125,9 +131,7 @@ class CometMonitor:
             raise ConfigError(f"comet: option experiment_key={key!r} is not a Comet experiment "
                               "key: use 32 to 50 letters and digits, e.g. uuid.uuid4().hex")
 
-    @staticmethod
-    def check_sdk() -> list[str]:  # the core runs it (core_monitor.sdk): what the SDK lacks
-        return _compat.problems()
+    check_sdk = staticmethod(_compat.problems)  # what the SDK lacks; the core runs it
 
     def __init__(self, run: RunInfo, *, online: bool = False, project: NonBlank | None = None,
                  comet_project: bool = False, workspace: NonBlank | None = None,
@@ -148,7 +152,7 @@ class CometMonitor:
             # None: Comet's own configuration decides (COMET_PROJECT_NAME, .comet.config)
             "project_name": project or (None if comet_project else run.project),
         }
-        with output.hidden(quiet), _compat.beside_current_experiment(comet_ml):
+        with hidden(quiet, loggers=QUIET_LOGGERS), _compat.beside_current_experiment(comet_ml):
             if online:
                 kind = comet_ml.ExistingExperiment if continued else comet_ml.Experiment
                 if api_key is not None:
@@ -214,7 +218,7 @@ class CometMonitor:
     @hookimpl
     def monitor_close(self) -> None:
         """End the experiment (offline: write its archive)."""
-        with output.hidden(self.quiet):
+        with hidden(self.quiet, loggers=QUIET_LOGGERS):
             self._experiment.end()
         if not self.online:  # Comet wrote the archive in place: move it over the checkpoint
             name = _compat.archive_name(self._experiment)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from core_monitor import Capabilities, ConfigError, Event, RunInfo, hookimpl
 from core_monitor.events import rows_by_step
 from core_monitor.resume import NoRunToResume
+from core_monitor.sdk import no_sdk
 
 from . import deepspeed_files, lightning_table, remote
 from .reader import layout_of, read_config_in, read_rows_in
@@ -79,10 +80,7 @@ class CsvMonitor:
         tested_sdk=None,  # no SDK
     )
 
-    @classmethod
-    def check_sdk(cls) -> list[str]:
-        """No SDK: nothing can be missing (run by the core and ``monitors list --check``)."""
-        return []
+    check_sdk = staticmethod(no_sdk)  # no SDK: nothing can be missing
 
     def __init__(self, run: RunInfo, *, layout: Literal["lightning", "deepspeed"] = "lightning",
                  fsync: bool = True, run_dir: str | os.PathLike[str] | None = None,
@@ -90,7 +88,7 @@ class CsvMonitor:
         self._layout = layout
         self._config = dict(run.config)
         self._integers = frozenset(integer_tags)
-        self._closed = self._crashed = False
+        self._crashed = False
         self._remote: remote.RemoteFolder | None = None
         if run_dir is not None and remote.is_url(os.fspath(run_dir)):
             self._start_remote(run, os.fspath(run_dir))

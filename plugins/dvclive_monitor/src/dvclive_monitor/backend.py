@@ -15,7 +15,7 @@ from .reader import last_step
 from .storage import holds_run, metric_name, run_dir, status_of
 
 if TYPE_CHECKING:
-    pass
+    from core_monitor.hookspecs import Backend
 
 
 class DvcliveMonitor:
@@ -71,9 +71,7 @@ class DvcliveMonitor:
         tested_sdk=_compat.TESTED,
     )
 
-    @staticmethod
-    def check_sdk() -> list[str]:  # the core runs it (core_monitor.sdk): what the SDK lacks
-        return _compat.problems()
+    check_sdk = staticmethod(_compat.problems)  # what the SDK lacks; the core runs it
 
     def __init__(self, run: RunInfo) -> None:
         self._folder = run_dir(run)
@@ -145,3 +143,6 @@ class DvcliveMonitor:
                       "prefix of it (e.g. 'a' and 'a/b'); rename one to keep both in the summary",
                       RuntimeWarning, stacklevel=2)
 
+
+if TYPE_CHECKING:  # a type checker proves the class has the shape core-monitor expects
+    _shape: type[Backend] = DvcliveMonitor

@@ -14,7 +14,7 @@ and ``.data.tags`` read both back.
 Modules, each importing only those listed after it: ``backend`` (``MlflowMonitor``: the hooks, the
 rows waiting for ``log_batch``, the requests to the store and their failures), ``reader``
 (read-back: scalars, config, media), ``media`` (writing images and text), ``options`` (option
-checks), ``output`` (MLflow's own lines kept off the terminal), ``storage`` (key escaping, run and
+checks), ``storage`` (key escaping, run and
 artifact names, the local store), ``_compat`` (the MLflow internals used, and their check).
 
 Importing this package imports no MLflow: the SDK is imported when a monitor starts.

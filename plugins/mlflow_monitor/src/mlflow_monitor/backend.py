@@ -21,9 +21,10 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from core_monitor import BackendWarning, Capabilities, Event, RunInfo, hookimpl
+from core_monitor.output import hidden
 from core_monitor.resume import NoRunToResume
 
-from . import _compat, output
+from . import _compat
 from . import options as _options
 from .delivery import Outbox, Request, transient
 from .media import MEDIA_KINDS, MediaWriter
@@ -44,6 +45,13 @@ from .storage import (
 if TYPE_CHECKING:
     from core_monitor.hookspecs import MediaBackend
 
+#: What ``quiet`` hides (``core_monitor.output.hidden``): the INFO lines MLflow logs when it
+#: creates a local SQLite store (``Creating initial MLflow database tables...``) and, on a
+#: tracking server, the two lines a run's end prints on stdout (``View run ... at: http://...``,
+#: off with ``MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT`` unless the user set it). Both are
+#: process-wide while the plugin's calls run; warnings and errors still show.
+QUIET_LOGGERS = ("mlflow.store.db.utils",)
+QUIET_ENV = {"MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true"}
 #: Most params plus tags the tracking server takes in one ``log_batch`` request.
 MAX_PARAMS_PER_REQUEST = 100
 
@@ -148,7 +156,7 @@ class MlflowMonitor:
             many seconds (>= 0; 0 sends at every ``log``).
         quiet: ``True`` (default) keeps MLflow's own lines off the terminal (the "creating
             database tables" log lines of a new local store, the run's URL printed when it
-            ends on a server: ``mlflow_monitor.output``); ``False`` shows them.
+            ends on a server: ``QUIET_LOGGERS``, ``QUIET_ENV``); ``False`` shows them.
 
     Raises:
         ConfigError: ``resume="must"`` finds no run (``NoRunToResume``); the options' types
@@ -214,7 +222,6 @@ class MlflowMonitor:
         self.undelivered_config = 0
         #: Images and texts that did not reach MLflow.
         self.undelivered_media = 0
-        self._closed = False
         #: The status ``monitor_close`` ends the run with: ``"FINISHED"``, or ``"FAILED"``
         #: once ``monitor_crash`` ran.
         self.end_status = "FINISHED"
@@ -235,7 +242,8 @@ class MlflowMonitor:
                                     f"{str(run.log_dir / 'mlflow' / 'mlflow.db')!r}")
             (run.log_dir / "mlflow").mkdir(parents=True, exist_ok=True)
             tracking_uri = local_store_uri(run.log_dir)
-        with output.hidden(quiet):  # a new local store logs its table creation
+        # a new local store logs its table creation
+        with hidden(quiet, loggers=QUIET_LOGGERS, env=QUIET_ENV):
             self._client = mlflow.MlflowClient(tracking_uri=tracking_uri)
         #: The tracking URI in use (MLflow's resolution when none was given).
         self.tracking_uri = self._client.tracking_uri
@@ -269,7 +277,7 @@ class MlflowMonitor:
     def _begin(self, experiment: str, tags: dict[str, Any], run_id: str | None,
                resume: str) -> None:
         """Create (or resume) the run; sets ``run_id`` and ``experiment_id``."""
-        with output.hidden(self.quiet):
+        with hidden(self.quiet, loggers=QUIET_LOGGERS, env=QUIET_ENV):
             if resume != "never" and run_id is None:
                 run_id = self._earlier_run(experiment, resume)
             self.run_id, self.experiment_id = self._start_run(
@@ -301,9 +309,7 @@ class MlflowMonitor:
                              default=None)
         return runs[0].info.run_id
 
-    @staticmethod
-    def check_sdk() -> list[str]:  # the core runs it (core_monitor.sdk): what the SDK lacks
-        return _compat.problems()
+    check_sdk = staticmethod(_compat.problems)  # what the SDK lacks; the core runs it
 
     # Hooks -------------------------------------------------------------------------------------
 
@@ -318,9 +324,6 @@ class MlflowMonitor:
                 escaping; the other events of the batch are kept.
         """
         with self._lock:
-            if self._closed:
-                self.undelivered += len(events)
-                return
             self._add_rows(events)
             self._raise_refusal()
 
@@ -336,9 +339,6 @@ class MlflowMonitor:
                 the other values of the call are stored.
         """
         with self._lock:
-            if self._closed:
-                self.undelivered_media += len(items)
-                return
             self._send_media(items)
             self._raise_refusal()
 
@@ -383,8 +383,6 @@ class MlflowMonitor:
             MlflowDeliveryError: the request failed (the first time only).
         """
         with self._lock:
-            if self._closed:
-                return
             self._send_config(config)
 
     @hookimpl
@@ -396,8 +394,6 @@ class MlflowMonitor:
         The tag is queued behind everything logged before it.
         """
         with self._lock:
-            if self._closed:
-                return
             self.end_status = "FAILED"
             if self._buffer:
                 self._send()
@@ -411,19 +407,14 @@ class MlflowMonitor:
         ``monitor_crash``), waiting while MLflow takes requests (``close_wait`` seconds without
         one taken at most); then stop sending and report, in one ``BackendWarning``, what
         MLflow never took.
-
-        A second call does nothing.
         """
         with self._lock:
-            if self._closed:
-                return
-            self._closed = True
             if self._buffer:
                 self._send()
             status = self.end_status
 
             def end() -> None:
-                with output.hidden(self.quiet):
+                with hidden(self.quiet, loggers=QUIET_LOGGERS, env=QUIET_ENV):
                     self._client.set_terminated(self.run_id, status=status)
 
             self._outbox.put(Request(end, "end"))

@@ -121,14 +121,7 @@ class PrometheusMonitor:
             raise ConfigError(f"prometheus: option push_timeout={timeout!r} must be a number of "
                               "seconds above 0, e.g. push_timeout=5")
 
-    @classmethod
-    def check_sdk(cls) -> list[str]:
-        """What this prometheus-client lacks of what the plugin uses (``_compat.problems``).
-
-        Raises:
-            ImportError: prometheus-client is not installed.
-        """
-        return _compat.problems()
+    check_sdk = staticmethod(_compat.problems)  # what the SDK lacks; the core runs it
 
     def __init__(self, run: RunInfo, *, port: int | None = 0, address: str = "127.0.0.1",
                  prefix: str = DEFAULT_PREFIX, pushgateway: str | None = None,
@@ -161,7 +154,6 @@ class PrometheusMonitor:
         self._server: Any = None
         self._thread: Any = None
         self.endpoint: str | None = None  #: ``http://address:port/metrics`` while served
-        self._closed = False
         if port is not None:
             self._serve(address, port)
 
@@ -261,15 +253,11 @@ class PrometheusMonitor:
     @hookimpl
     def monitor_close(self) -> None:
         """Flush (write and push a last time), then stop the endpoint and remove
-        ``targets.json``. The pushed group stays on the Pushgateway. A second call does
-        nothing.
+        ``targets.json``. The pushed group stays on the Pushgateway.
 
         Raises:
             OSError: the last push failed (the endpoint is stopped all the same).
         """
-        if self._closed:
-            return
-        self._closed = True
         try:
             self.monitor_flush()
         finally:

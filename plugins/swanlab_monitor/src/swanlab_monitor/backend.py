@@ -143,7 +143,9 @@ class SwanlabMonitor:
                 group=group, job_type=job_type, settings=settings)
         self._steps: dict[str, StepSet] = {}
         self._reported: set[str] = set()
-        self._closed = False
+        #: The run got SwanLab's finish record: ``monitor_crash`` finishes it as crashed, and
+        #: ``monitor_close``, which the core calls right after, must not finish it again.
+        self._finished = False
 
     @hookimpl
     def monitor_write(self, events: Sequence[Event]) -> None:
@@ -179,14 +181,14 @@ class SwanlabMonitor:
 
     @hookimpl
     def monitor_close(self) -> None:
-        """Finish the run (SwanLab writes what it holds and the finish record). A second call
-        does nothing."""
+        """Finish the run (SwanLab writes what it holds and the finish record), unless
+        ``monitor_crash`` finished it already."""
         self._finish(state="success", error=None)
 
     def _finish(self, state: Literal["success", "crashed"], error: str | None) -> None:
-        if self._closed:
+        if self._finished:
             return
-        self._closed = True
+        self._finished = True
         with _compat.quiet_info(self._quiet), _compat.detached():
             self._run.finish(state=state, error=error)
 

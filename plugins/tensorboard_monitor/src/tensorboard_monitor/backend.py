@@ -129,9 +129,7 @@ class TensorBoardMonitor:
         """
         _check_options(options)
 
-    @staticmethod
-    def check_sdk() -> list[str]:  # the core runs it (core_monitor.sdk): what the SDK lacks
-        return _compat.problems()
+    check_sdk = staticmethod(_compat.problems)  # what the SDK lacks; the core runs it
 
     def __init__(
         self,
@@ -154,7 +152,6 @@ class TensorBoardMonitor:
         self.run = run
         #: The folder this run's event file is in (absolute).
         self.log_dir = folder
-        self._closed = False
         self._Event = sdk.Event
         self._hparams_pb = sdk.hparams_pb
         self._writer = sdk.EventFileWriter(
@@ -217,13 +214,7 @@ class TensorBoardMonitor:
 
     @hookimpl
     def monitor_config(self, config: Mapping[str, Any]) -> None:
-        """Merge ``config`` into the run's HParams, if they are not written yet.
-
-        Raises:
-            RuntimeError: after ``monitor_close``.
-        """
-        if self._closed:
-            raise RuntimeError("tensorboard: monitor_config after monitor_close")
+        """Merge ``config`` into the run's HParams, if they are not written yet."""
         self._config.update(config)
         if self._hparams_pending or not self._hparams:
             return
@@ -238,11 +229,10 @@ class TensorBoardMonitor:
 
     @hookimpl
     def monitor_flush(self) -> None:
-        """Block until every event written so far is in the event file (a no-op after close)."""
-        if not self._closed:
-            if self._hparams_pending:
-                self._write_hparams()
-            self._writer.flush()
+        """Block until every event written so far is in the event file."""
+        if self._hparams_pending:
+            self._write_hparams()
+        self._writer.flush()
 
     @hookimpl
     def monitor_crash(self, reason: str) -> None:
@@ -254,19 +244,16 @@ class TensorBoardMonitor:
         Raises:
             OSError: as ``monitor_write``.
         """
-        if not self._closed:
-            sdk = _compat.sdk()
-            self._add_event(self._Event(wall_time=time.time(), step=self._last_step,
-                                        summary=sdk.text_pb(CRASH_TAG, reason)))
+        sdk = _compat.sdk()
+        self._add_event(self._Event(wall_time=time.time(), step=self._last_step,
+                                    summary=sdk.text_pb(CRASH_TAG, reason)))
 
     @hookimpl
     def monitor_close(self) -> None:
-        """Flush, stop the writer thread and close the event file. A second call does nothing."""
-        if not self._closed:
-            if self._hparams_pending:
-                self._write_hparams()
-            self._closed = True
-            self._writer.close()
+        """Flush, stop the writer thread and close the event file."""
+        if self._hparams_pending:
+            self._write_hparams()
+        self._writer.close()
 
 
 def _replace_earlier(folder: Any) -> None:

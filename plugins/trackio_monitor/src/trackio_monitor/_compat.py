@@ -9,20 +9,16 @@ range (``core_monitor.sdk``). Nothing here imports Trackio at module import.
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import functools
 import inspect
 import json
 import sys
 import warnings
-from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 from types import ModuleType
 from typing import Any
-
-from core_monitor.output import hidden
 
 #: The Trackio versions this plugin is tested with (``nox -s lowest`` runs the lowest,
 #: ``nox -s newest`` the newest on the index). The install requirement names only the lowest;
@@ -171,14 +167,6 @@ def log_renaming(log: Any, row: dict[str, float], step: int) -> None:
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Reserved keys renamed")
         log(row, step=step)
-
-
-@contextlib.contextmanager
-def stdout_hidden(hide: bool) -> Iterator[None]:
-    """Hide Trackio's ``print`` lines (it has no verbosity switch). ``sys.stdout`` is swapped
-    process-wide for the duration, so other threads' prints in that window are hidden too."""
-    with hidden(hide, stdout=True):
-        yield
 
 
 def trackio_home() -> Path:

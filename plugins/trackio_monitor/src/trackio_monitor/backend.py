@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from core_monitor import Capabilities, ConfigError, Event, RunInfo, hookimpl
 from core_monitor.events import rows_by_step
 from core_monitor.media import MEDIA_KINDS
+from core_monitor.options import NonBlank
+from core_monitor.output import hidden
 from core_monitor.resume import NoRunToResume
 from core_monitor.sdk import sdk_error
 
@@ -80,22 +82,21 @@ class TrackioMonitor:
 
     @classmethod
     def check_options(cls, options: Mapping[str, Any]) -> None:
-        """What the annotations cannot say (blank names, ``server_url``'s scheme); run by the
-        core before Trackio is imported (see ``options.check_options``)."""
+        """What the annotations cannot say (``server_url``'s scheme; blank names are refused
+        by their ``NonBlank`` annotation); run by the core before Trackio is imported (see
+        ``options.check_options``)."""
         _options.check_options(options)
 
-    @staticmethod
-    def check_sdk() -> list[str]:  # the core runs it (core_monitor.sdk): what the SDK lacks
-        return _compat.problems()
+    check_sdk = staticmethod(_compat.problems)  # what the SDK lacks; the core runs it
 
     def __init__(
         self,
         run: RunInfo,
         *,
-        group: str | None = None,
+        group: NonBlank | None = None,
         resume: Literal["never", "allow", "must"] | None = None,
-        space_id: str | None = None,
-        server_url: str | None = None,
+        space_id: NonBlank | None = None,
+        server_url: NonBlank | None = None,
         private: bool | None = None,
         auto_log_gpu: bool | None = False,
         auto_log_cpu: bool | None = False,
@@ -126,7 +127,7 @@ class TrackioMonitor:
                     raise NoRunToResume(f"trackio: no run named {name!r} in {str(db)!r}")
             if not self._remote:  # Trackio itself would accept every row and store none
                 folder.check_writable(self._dir, run.log_dir)
-            with _compat.stdout_hidden(quiet):
+            with hidden(quiet, stdout=True):  # Trackio print()s, with no switch
                 if self._remote:
                     self._run: Any = _compat.init_remote(
                         project=run.project, name=name, group=group, space_id=space_id,
@@ -239,7 +240,7 @@ class TrackioMonitor:
         stores it. With ``TRACKIO_WEBHOOK_URL`` set, Trackio also POSTs it there (from its own
         daemon thread, which the writer process's exit may cut short)."""
         if self._run is not None:
-            with _compat.stdout_hidden(self._quiet):
+            with hidden(self._quiet, stdout=True):
                 _compat.alert_error(self._run, CRASH_ALERT_TITLE, reason)
 
     @hookimpl
@@ -251,7 +252,7 @@ class TrackioMonitor:
         try:
             if not self._remote:
                 _compat.flush_now(run)
-            with _compat.stdout_hidden(self._quiet):
+            with hidden(self._quiet, stdout=True):
                 run.finish()
             if not self._remote:
                 self._check_landed(run.id)

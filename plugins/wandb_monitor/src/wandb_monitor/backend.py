@@ -8,11 +8,12 @@ import time
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from core_monitor import Capabilities, ConfigError, Event, RunInfo, hookimpl
 from core_monitor.events import rows_by_step
 from core_monitor.media import MEDIA_KINDS
+from core_monitor.options import NonBlank
 from core_monitor.resume import NoRunToResume
 from core_monitor.run import training_pid
 
@@ -22,7 +23,6 @@ from .storage import DEFAULT_STEP_METRIC, ESCAPE, ESCAPED_FIRST, escaped
 if TYPE_CHECKING:
     from core_monitor.hookspecs import MediaBackend
 
-_MODES = ("online", "offline", "disabled")
 _STEP_METRIC = re.compile(r"[A-Za-z][A-Za-z0-9_\-/]*")
 
 
@@ -74,7 +74,7 @@ class WandbMonitor:
         group: run group (e.g. one per distributed job or sweep); ``None``: the job's
             (``RunInfo.group``) when every rank writes its own run, else none.
         job_type: run job type, e.g. ``"train"``; ``None`` for none.
-        tags: run tags, a sequence of ``str``.
+        tags: run tags, a sequence of non-blank ``str`` (``NonBlank``).
         notes: run description.
         step_metric: name of the metric holding the caller's step: a letter, then letters,
             digits, ``_``, ``-`` or ``/`` (no ``.``, which wandb reads as nesting).
@@ -126,30 +126,35 @@ class WandbMonitor:
 
     @classmethod
     def check_options(cls, options: Mapping[str, Any]) -> None:
-        """What the annotations cannot say (``mode``'s values, blank tags, ``step_metric``'s
-        form), for the options given; run by the core in the training process at ``Monitor()``,
-        before wandb is imported (``core_monitor.hookspecs.Backend.check_options``). The
-        ``settings`` fields are checked by ``wandb.Settings`` itself, in the constructor.
+        """What the annotations cannot say (``step_metric``'s form; ``mode``'s values and
+        blank tags are in the annotations), for the options given; run by the core in the
+        training process at ``Monitor()``, before wandb is imported
+        (``core_monitor.hookspecs.Backend.check_options``). The ``settings`` fields are checked
+        by ``wandb.Settings`` itself, in the constructor.
 
         Raises:
-            ConfigError: an option has a wrong value; the message names the option, the value
-                and an example of a valid one.
+            ConfigError: ``step_metric`` has a wrong form; the message names the value and an
+                example of a valid one.
         """
-        _check_options(options)
+        step_metric = options.get("step_metric", DEFAULT_STEP_METRIC)
+        if not _STEP_METRIC.fullmatch(step_metric):
+            raise ConfigError(
+                f"wandb: option step_metric={step_metric!r} must start with a letter and hold "
+                "only letters, digits, '_', '-' or '/' (wandb reserves '_' names and reads '.' "
+                "as nesting), e.g. step_metric='global_step'"
+            )
 
-    @staticmethod
-    def check_sdk() -> list[str]:  # the core runs it (core_monitor.sdk): what the SDK lacks
-        return _compat.problems()
+    check_sdk = staticmethod(_compat.problems)  # what the SDK lacks; the core runs it
 
     def __init__(
         self,
         run: RunInfo,
         *,
-        mode: str | None = None,
+        mode: Literal["online", "offline", "disabled"] | None = None,
         entity: str | None = None,
         group: str | None = None,
         job_type: str | None = None,
-        tags: Sequence[str] | None = None,
+        tags: Sequence[NonBlank] | None = None,
         notes: str | None = None,
         step_metric: str = DEFAULT_STEP_METRIC,
         settings: Mapping[str, Any] | None = None,
@@ -187,7 +192,6 @@ class WandbMonitor:
             init["dir"] = str(log_dir)
 
         self.step_metric = step_metric
-        self._closed = False
         #: The exit code ``monitor_close`` finishes the run with (``None``: a finished run;
         #: ``service.CRASH_EXIT_CODE`` once ``monitor_crash`` ran).
         self.exit_code: int | None = None
@@ -316,7 +320,7 @@ class WandbMonitor:
             TimeoutError: wandb-core did not write them within
                 ``_compat.WRITE_THROUGH_TIMEOUT`` seconds.
         """
-        if self._closed or self.run_file is None:
+        if self.run_file is None:  # mode='disabled': no file
             return
         try:
             self._write_through()
@@ -338,8 +342,6 @@ class WandbMonitor:
         """Merge ``config`` into the run's config (``run.config.update(...,
         allow_val_change=True)``: a key given again takes the new value), with the same key
         escaping as the config given at start."""
-        if self._closed:
-            raise RuntimeError("wandb: monitor_config after monitor_close")
         update = {escaped(key, self.step_metric): value for key, value in config.items()}
         self._config.update(update)
         try:
@@ -353,15 +355,12 @@ class WandbMonitor:
 
         When this plugin started wandb's service process and no other wandb run is active, the
         service is shut down (``wandb.teardown()``) so no ``wandb-core`` process outlives the
-        monitor. A second call does nothing.
+        monitor.
 
         Raises:
             TimeoutError: the exit record did not reach the file within
                 ``service.FINISH_TIMEOUT`` seconds.
         """
-        if self._closed:
-            return
-        self._closed = True
         try:
             self._finish()
         except ConnectionError as error:
@@ -383,8 +382,7 @@ class WandbMonitor:
         ``service.CRASH_FINISH_TIMEOUT`` seconds for the exit record. ``reason`` is not stored:
         wandb's exit record has no text.
         """
-        if not self._closed:
-            self.exit_code = service.CRASH_EXIT_CODE
+        self.exit_code = service.CRASH_EXIT_CODE
 
 
 #: Times a run goes on in a new service after wandb's service died under it (``_restart``).
@@ -430,42 +428,6 @@ def _settings(settings: Mapping[str, Any] | None, quiet: bool, core_samples: boo
             f"wandb: option settings has invalid wandb.Settings fields ({detail}); see "
             "https://docs.wandb.ai/models/ref/python/settings"
         ) from None
-
-
-def _check_options(options: Mapping[str, Any]) -> None:
-    mode = options.get("mode")
-    if mode is not None and mode not in _MODES:
-        raise ConfigError(
-            f"wandb: option mode={mode!r} must be one of {', '.join(map(repr, _MODES))}, or "
-            "None to follow WANDB_MODE"
-        )
-    for option in ("entity", "group", "job_type", "notes"):
-        value = options.get(option)
-        if value is not None and not isinstance(value, str):
-            raise ConfigError(f"wandb: option {option}={value!r} must be a str or None")
-    tags = options.get("tags")
-    if tags is not None and (
-        isinstance(tags, str)
-        or not isinstance(tags, Sequence)
-        or not all(isinstance(tag, str) and tag for tag in tags)
-    ):
-        raise ConfigError(
-            f"wandb: option tags={tags!r} must be a list of non-empty str, e.g. "
-            "tags=['baseline', 'lr-sweep']"
-        )
-    step_metric = options.get("step_metric", DEFAULT_STEP_METRIC)
-    if not isinstance(step_metric, str) or not _STEP_METRIC.fullmatch(step_metric):
-        raise ConfigError(
-            f"wandb: option step_metric={step_metric!r} must start with a letter and hold only "
-            "letters, digits, '_', '-' or '/' (wandb reserves '_' names and reads '.' as "
-            "nesting), e.g. step_metric='global_step'"
-        )
-    settings = options.get("settings")
-    if settings is not None and not isinstance(settings, Mapping):
-        raise ConfigError(
-            f"wandb: option settings must be a mapping of wandb.Settings fields, not "
-            f"{type(settings).__name__}, e.g. settings={{'console': 'off'}}"
-        )
 
 
 if TYPE_CHECKING:  # a type checker proves the class has the shape core-monitor expects
