@@ -269,24 +269,6 @@ def test_no_wandb_core_process_is_left_after_close(monitor_factory):
     assert wandb_core_processes() == []
 
 
-@pytest.mark.skipif(not Path("/proc/self/autogroup").exists(),
-                    reason="no autogroup scheduling in this kernel (CONFIG_SCHED_AUTOGROUP)")
-def test_wandb_core_in_a_writer_yields_the_cpu_as_its_writer_does(monitor_factory):
-    # wandb starts wandb-core in a session of its own: with autogroup scheduling its nice value
-    # alone would not rank it below the training process (core_monitor.dispatch.writer).
-    from core_monitor.dispatch.writer import NICE
-
-    monitor = monitor_factory(dispatch="process")
-    monitor.log({"loss": 1.0}, step=1)
-    monitor.flush()  # the writer lowers what its SDK started once the backend has started
-    (core,) = wandb_core_processes()
-    writer = int(Path(f"/proc/{core}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    assert os.getsid(core) != os.getsid(writer), "expected wandb-core in a session of its own"
-    assert Path(f"/proc/{core}/autogroup").read_text().rstrip().endswith(f"nice {NICE}")
-    assert os.getpriority(os.PRIO_PROCESS, core) >= NICE
-    monitor.close()
-
-
 @needs_proc
 def test_user_runs_are_neither_taken_over_nor_finished(monitor_factory, tmp_path):
     import wandb

@@ -519,36 +519,14 @@ def _waiting_bytes(fd: int) -> int:
         return 0
 
 
-def lower_priority(pid: int | None = None) -> None:
-    """Run this process (``pid=None``) ``NICE`` lower than it was, or the process ``pid`` (one
-    the SDK started) at least as low as this one.
-
-    On Linux with autogroup scheduling (``/proc/sys/kernel/sched_autogroup_enabled``, on by
-    default in most distributions' kernels) a process's nice value only ranks it within its
-    session's group, and each group gets an equal share of the CPU: a writer, in a session of
-    its own, took as much CPU as the whole training process however nice it was. Its group is
-    given the same nice value (``/proc/<pid>/autogroup``, sched(7)), so the writer yields to
-    the training process whatever the kernel's setting. Never raises: where the system has
-    neither, the process keeps its priority.
-    """
+def lower_priority() -> None:
+    """Run this process, and the processes its SDK started, ``NICE`` lower (Linux lists
+    children in ``/proc``; elsewhere only this process)."""
     try:
-        if pid is None:
-            os.nice(NICE)
-        level = os.getpriority(os.PRIO_PROCESS, 0)
-        if pid is not None:
-            os.setpriority(os.PRIO_PROCESS, pid, max(level, os.getpriority(
-                os.PRIO_PROCESS, pid)))
+        os.nice(NICE)
     except (AttributeError, OSError):
         return
-    with contextlib.suppress(OSError), \
-            open(f"/proc/{pid or 'self'}/autogroup", "w") as group:
-        group.write(str(level))
-
-
-def lower_children() -> None:
-    """``lower_priority`` for each process the SDK started (Linux lists a process's children in
-    ``/proc``; elsewhere nothing): they inherit the writer's nice value, but one that starts a
-    session of its own (wandb's service, ``wandb-core``) gets a scheduling group of its own."""
+    level = os.getpriority(os.PRIO_PROCESS, 0)
     try:
         tasks = os.listdir("/proc/self/task")
     except OSError:
@@ -560,7 +538,9 @@ def lower_children() -> None:
         except OSError:
             continue
         for pid in pids:
-            lower_priority(pid)
+            with contextlib.suppress(OSError):
+                os.setpriority(os.PRIO_PROCESS, pid, max(level, os.getpriority(
+                    os.PRIO_PROCESS, pid)))
 
 
 def _ignore_signal(signum: int, frame: Any) -> None:
@@ -587,17 +567,13 @@ def main(argv: list[str]) -> int:
     # backend, or with the job's SIGKILL.
     if hasattr(signal, "pthread_sigmask"):
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
-    # Lower before the SDK's imports and start, the largest CPU cost of a writer (seconds on a
-    # busy node): a loop started right after Monitor() returns keeps the CPU. What the writer
-    # has not read waits in its pipe and the run's journal.
-    lower_priority()
     started = writer.start()
     writer.started = True  # before reading the deadline: the reader sets it after, or we see it
     if writer.deadline is not None:  # the trainer died while this writer started: drain now
         writer.deadline = max(writer.deadline, time.monotonic() + DRAIN_SECONDS)
     if not started:
         return 1
-    lower_children()
+    lower_priority()
     crash = writer.run()
     if crash:
         writer.reply("ending", crash)  # why it ends, for the report of a writer not asked to
