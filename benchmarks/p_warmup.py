@@ -10,9 +10,9 @@ unmonitored, per repetition; the writers take longer than the loop to start, so 
 beside them) and each arm's median step. The rows are read back from every backend after
 ``close()``.
 
-The writers run at a lower CPU priority from their first line (``dispatch/writer.py``,
-``lower_priority``), their session's scheduling group included, so that on a busy machine
-their SDK imports take the CPU the training loop leaves.
+The writers lower their CPU priority only once their backend started, and on Linux with
+autogroup scheduling a nice value only ranks a process inside its own session (each writer's):
+see docs/operations/dispatch.md, "Writers and the CPU".
 """
 
 from __future__ import annotations
