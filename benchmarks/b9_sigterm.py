@@ -23,6 +23,7 @@ from pathlib import Path
 
 sys.path.append(str(Path(__file__).resolve().parents[1] / "tests"))
 import sdk_env
+from jobs import alive, descendants
 
 TRAIN = """
 import sys, time
@@ -34,28 +35,6 @@ for step in range(300):
 print("logged", flush=True)
 time.sleep(600)
 """
-
-
-def descendants(pid: int) -> list[int]:
-    """``pid``'s child processes, theirs, and so on."""
-    listing = subprocess.run(["ps", "-A", "-o", "pid=,ppid="], capture_output=True, text=True,
-                             check=True).stdout
-    children: dict[int, list[int]] = {}
-    for line in listing.splitlines():
-        child, parent = (int(field) for field in line.split())
-        children.setdefault(parent, []).append(child)
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
-def alive(pid: int) -> bool:
-    state = subprocess.run(["ps", "-o", "stat=", "-p", str(pid)], capture_output=True,
-                           text=True).stdout.strip()
-    return bool(state) and not state.startswith("Z")
 
 
 def once(backend: str, delivery: str) -> tuple[float, float]:
