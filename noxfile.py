@@ -83,7 +83,8 @@ TEST_DEPS = ["pytest>=8", "pytest-timeout", "pytest-xdist", "numpy",
 #: once. Much of a test's time is spent waiting for processes it started (a server, a writer
 #: importing its SDK, a subprocess at a deadline): on 2 cores the suite kept them busy 56% of
 #: the time with 2 workers; 3 workers took the tests session from 887 s to 758 s (on a machine
-#: busier than CI). The frameworks session, which trains torch models, keeps one per CPU.
+#: busier than CI); 4 took it from 800 s to 852 s (a clean clone, idle machine, 2026-12-06).
+#: The frameworks session, which trains torch models, keeps one per CPU.
 #: tests and frameworks also print their 15 slowest tests (`--durations`), the first place to
 #: look when CI slows down.
 WORKERS = str((os.cpu_count() or 1) + 1)
@@ -102,10 +103,9 @@ def pytest_runs(session: nox.Session, *args: str, marks: str = "",
 nox.options.default_venv_backend = "uv|virtualenv"
 # `nox`: what CI runs (bench and bench_dist measure, never gate; dev, pythons and bench_dist are
 # left out on purpose: lowest and newest run the edge Pythons). `CI=true bash .ci/run` on a clean
-# clone, 2 cores, warm package cache, with other work on the machine during its tests session
-# (2026-12-06): 31 min 24 s in all (lint seconds, typecheck 46 s, docs 4 s, tests 13 min,
-# frameworks 7 min, lowest 4 min, newest 5 min, release 59 s). With one worker per CPU, the
-# run before: 35 min 31 s (tests 15 min, lowest 6 min).
+# clone, 2 cores, nothing else running (2026-12-06): about 35 min from start to exit, nox's
+# sessions 31 min (lint seconds, typecheck 52 s, docs 4 s, tests 14 min, frameworks 8 min,
+# lowest 4 min, newest 4 min, release 1 min), uv's package cache nearly empty at the start.
 nox.options.sessions = ["lint", "typecheck", "docs", "tests", "frameworks", "lowest", "newest",
                         "release"]
 nox.options.error_on_external_run = True
