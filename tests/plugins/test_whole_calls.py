@@ -1,11 +1,12 @@
 """One call reaches every backend whole, or none, at every size (issue 34 item 3).
 
-A call up to ``PIPE_BUF`` (4 KiB) crosses the pipes as one frame; a larger one (an image, a row
-of thousands of tags) is written into a spool file first and only a small frame naming it
-crosses the pipes, in the same one pass. Read back from each tracker's own storage: an
-interrupt (a signal handler raising) at a random point of ``log()`` leaves every backend with
-the same calls, each whole; a wide row and an image reach every backend; a trainer killed
-right after a large call loses none of it, and no spool file is left behind.
+A call of any size (a scalar, an image, a row of thousands of tags) is one record of the run's
+journal, appended with one ``write`` in the same C-level pass that puts it into the worker
+threads' queues; writer processes read it from there. Read back from each tracker's own
+storage: an interrupt (a signal handler raising) at a random point of ``log()`` leaves every
+backend with the same calls, each whole; a wide row and an image reach every backend; a
+trainer killed right after a large call loses none of it, and a journal of the monitor's own
+(``journal=False``) is removed by the last writer.
 """
 
 from __future__ import annotations
@@ -146,7 +147,6 @@ def test_an_interrupt_anywhere_in_log_leaves_every_backend_the_same_whole_calls(
     widths, returned = interrupt_stream(monitor, 160)
     stored = {name: by_step(read(monitor.run)) for name, read in READ.items()}
     assert_same_whole_calls(stored, widths, returned)
-    assert monitor._dispatch.spool is None  # removed at close
 
 
 @pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="signal.setitimer")
@@ -162,7 +162,8 @@ def test_an_interrupt_leaves_writers_and_a_worker_thread_the_same_whole_calls(tm
 
 
 def test_a_5000_tag_row_and_an_image_reach_every_backend(tmp_path):
-    """Both frames are far above ``PIPE_BUF``: each crosses as a spool file."""
+    """Both frames are far above a pipe's atomic write (``PIPE_BUF``): each is one journal
+    record all the same."""
     wide = row(7, 5000)
     assert len(str(wide)) > 16 * select.PIPE_BUF
     rng = np.random.default_rng(0)
@@ -174,10 +175,7 @@ def test_a_5000_tag_row_and_an_image_reach_every_backend(tmp_path):
     with pytest.warns(BackendWarning, match="'jsonl' does not store image media"):
         monitor.log({"picture": Image(pixels)}, step=8)
     monitor.log({"small": 2.0}, step=9)
-    spool = monitor._dispatch.spool
-    assert spool is not None and os.path.isdir(spool)
     monitor.close()
-    assert not os.path.exists(spool)
     for name, read in READ.items():
         steps = by_step(read(monitor.run))
         assert steps == {0: {"small": 1.0}, 7: wide, 9: {"small": 2.0}}, name
@@ -194,18 +192,18 @@ warnings.simplefilter("ignore")  # jsonl stores no images (a BackendWarning says
 from core_monitor import Image, Monitor
 
 monitor = Monitor(["jsonl", "tensorboard", "trackio"], project="p", name="killed",
-                  log_dir=sys.argv[1], dispatch="process")
+                  log_dir=sys.argv[1], dispatch="process", journal=False)
 monitor.log({"small": 1.0}, step=0)
 monitor.log({f"w{i}": 1 + i / 8 for i in range(5000)}, step=1)
 pixels = np.arange(128 * 128 * 3, dtype=np.uint32).reshape(128, 128, 3) % 251
 monitor.log({"picture": Image(pixels.astype(np.uint8))}, step=2)
-print(json.dumps({"spool": monitor._dispatch.spool, "writers": [w.process.pid for w in
+print(json.dumps({"journal": str(monitor._dispatch.data.folder), "writers": [w.process.pid for w in
                   monitor._dispatch.writers]}), flush=True)
 os.kill(os.getpid(), signal.SIGKILL)
 """
 
 
-def test_a_trainer_killed_right_after_large_calls_loses_none_and_leaves_no_spool(tmp_path):
+def test_a_trainer_killed_right_after_large_calls_loses_none_and_leaves_no_journal(tmp_path):
     done = subprocess.run([sys.executable, "-c", textwrap.dedent(TRAIN), str(tmp_path)],
                           capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert done.returncode == -signal.SIGKILL, done.stderr[-4000:]
@@ -214,7 +212,7 @@ def test_a_trainer_killed_right_after_large_calls_loses_none_and_leaves_no_spool
     while any(_alive(pid) for pid in facts["writers"]) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not any(_alive(pid) for pid in facts["writers"])
-    assert not os.path.exists(facts["spool"])  # the last writer removed the empty folder
+    assert not os.path.exists(facts["journal"])  # the last writer removed the monitor's own
     run = RunInfo(project="p", name="killed", log_dir=Path(tmp_path))
     expected = {0: {"small": 1.0}, 1: {f"w{i}": 1 + i / 8 for i in range(5000)}}
     for name, read in READ.items():
@@ -234,11 +232,12 @@ def _alive(pid: int) -> bool:
     return bool(state) and not state.startswith("Z")
 
 
-def test_spool_files_count_by_their_bytes_against_a_writers_bound(tmp_path):
-    """``queue_size=8``: a writer's bound is an 8 KiB pipe and 16 KiB of unread spool files
-    (one file larger than that when it holds none). Its backend hangs inside the first call:
-    the second waits in the spool, each later one is dropped for it at once (counted, never
-    spooled), and close gives up on it; the other backend stores or drops every call."""
+def test_a_writers_bound_counts_the_journal_bytes_it_has_not_read(tmp_path):
+    """``queue_size=8``: a writer may be 8 KiB of the journal behind, and holds as much
+    again in its inbox (a record larger than either when it holds none). Its backend hangs
+    inside the first call: the second waits in its inbox, the third in the journal, each later
+    one is dropped for it at once (counted), and close gives up on it; the other backend
+    stores or drops every call."""
     monitor = Monitor(["faulty", "jsonl"], project="p", name="bound", log_dir=tmp_path,
                       dispatch="process", wait=True, queue_size=8, on_full="drop",
                       faulty={"hang_at": 0})
@@ -248,32 +247,30 @@ def test_spool_files_count_by_their_bytes_against_a_writers_bound(tmp_path):
         monitor.log(row(0, 4000), step=0)  # about 64 KiB
         deadline = time.monotonic() + 60
         while faulty.busy is not None and faulty.busy[0] == 0 and time.monotonic() < deadline:
-            time.sleep(0.01)  # until it hangs inside the hook, having read its spool file
-        for step in range(1, 6):
+            time.sleep(0.01)  # until it hangs inside the hook
+        monitor.log(row(1, 4000), step=1)
+        while faulty.behind() > 0 and time.monotonic() < deadline:
+            time.sleep(0.01)  # until its reader took the call into its inbox
+        for step in range(2, 6):
             monitor.log(row(step, 4000), step=step)
     assert any("'faulty' is slower than the logging" in str(w.message) for w in caught)
-    spool = monitor._dispatch.spool
-    assert spool is not None
-    assert monitor.dropped["faulty"] == 4
-    # faulty (writer 0) holds one link: the second call's (file "2"); jsonl's go as it reads
-    assert [name for name in os.listdir(spool) if name.endswith(".0")] == ["2.0"]
+    assert monitor.dropped["faulty"] == 3
     with pytest.warns(BackendWarning):
         monitor.close(timeout=2)
-    assert monitor.undelivered["faulty"] == 2  # the call it hung in, and the spooled one
-    assert not os.path.exists(spool)
+    assert monitor.undelivered["faulty"] == 3  # the call it hung in, its inbox's, the journal's
     stored = sorted(by_step(read_jsonl(monitor.run)))
     assert len(stored) + monitor.dropped.get("jsonl", 0) == 6
     for step, values in by_step(read_jsonl(monitor.run)).items():
         assert values == row(step, 4000)
 
 
-def test_a_writer_that_dies_mid_stream_of_large_calls_leaves_no_spool(tmp_path):
-    """Its links of the calls it never read are nobody's: close removes them with the folder;
-    the other backend stores every call."""
+def test_a_writer_that_dies_mid_stream_of_large_calls_costs_the_others_nothing(tmp_path):
+    """Without the run's journal (a dead writer is then not started again): the monitor's own
+    journal is removed at close; the other backend stores every call."""
     monitor = Monitor(["faulty", "jsonl"], project="p", name="died", log_dir=tmp_path,
-                      dispatch="process", wait=True, faulty={"segfault_at": 1})
+                      dispatch="process", wait=True, faulty={"segfault_at": 1}, journal=False)
     faulty = next(w for w in monitor._dispatch.writers if w.name == "faulty")
-    spool = monitor._dispatch.spool
+    own = monitor._dispatch.data.folder
     with pytest.warns(BackendWarning, match="'faulty'.*WriterDied.*SIGSEGV"):
         for step in range(2):
             monitor.log(row(step, 2000), step=step)
@@ -281,10 +278,10 @@ def test_a_writer_that_dies_mid_stream_of_large_calls_leaves_no_spool(tmp_path):
         for step in range(2, 6):
             monitor.log(row(step, 2000), step=step)
         monitor.flush()
-    assert spool is not None and os.path.isdir(spool)
+    assert own.is_dir()
     with pytest.warns(BackendWarning, match="'faulty'.*not delivered"):
         monitor.close()
-    assert not os.path.exists(spool)
+    assert not own.exists()
     assert by_step(read_jsonl(monitor.run)) == {step: row(step, 2000) for step in range(6)}
 
 
@@ -299,20 +296,17 @@ monitor = Monitor(["jsonl", "tensorboard", "trackio"], project="p", name="term",
 for step in range(20):
     monitor.log({f"w{i}": step + i / 8 for i in range(3000)}, step=step)
     monitor.log({"picture": Image(np.full((96, 96, 3), step, np.uint8))}, step=step)
-print(json.dumps({"spool": monitor._dispatch.spool}), flush=True)
 os.kill(os.getpid(), signal.SIGTERM)
 time.sleep(600)
 """
 
 
-def test_sigterm_right_after_large_calls_stores_every_one_and_leaves_no_spool(tmp_path):
-    """The SIGTERM handler closes the monitor: its stop request goes on the control pipe, and a
-    large call is a spool file named by a small frame, so nothing can land inside a call."""
+def test_sigterm_right_after_large_calls_stores_every_one(tmp_path):
+    """The SIGTERM handler closes the monitor: its stop request goes on the control pipe,
+    naming the journal's next record, so the writers stop after every call logged."""
     done = subprocess.run([sys.executable, "-c", textwrap.dedent(TERM), str(tmp_path)],
                           capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert done.returncode == -signal.SIGTERM, done.stderr[-4000:]
-    spool = json.loads(done.stdout.splitlines()[-1])["spool"]
-    assert not os.path.exists(spool)
     run = RunInfo(project="p", name="term", log_dir=Path(tmp_path))
     expected = {step: {f"w{i}": step + i / 8 for i in range(3000)} for step in range(20)}
     for name, read in READ.items():

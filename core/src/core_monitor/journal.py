@@ -13,15 +13,18 @@ backends write where their SDKs' defaults say), ``$XDG_STATE_HOME/experiment-mon
 (``~/.local/state/...``, the XDG base directory for state): never the current directory.
 
 Segments: ``<first seq, 20 digits>.seg``. A record is ``<payload length: u32><crc32 of the
-payload: u32><payload>``; the payload is the call's ``wire`` frame, the same bytes a writer
-process reads from its pipe (``wire.encode``/``wire.encode_parts``): a call is encoded once.
+payload: u32><payload>``; the payload is the call's ``wire`` frame
+(``wire.encode``/``wire.encode_parts``): a call is encoded once. The journal is the data path
+to the writer processes: each follows it at its own pace (``Tail``), so what a writer has not
+read is on disk, not in a pipe.
 Records are numbered from 0 across segments (``seq``): the first seq of a segment is in its
 name, so deleting a segment renumbers nothing. Besides the calls, two kinds of records mark the
 run: ``START`` (who wrote: the backends, the ``RunInfo``, the process; one per ``Monitor``) and
 ``CLOSE`` (that monitor closed). A torn last record (the process was SIGKILLed inside a
-``write``, or the disk filled) fails its length or checksum and ends the reading: nothing
-after it was acknowledged, since one ``write`` carries one record and ``log()`` returned after
-it.
+``write``, or the disk filled) fails its length or checksum and ends the reading of its
+segment: nothing after it was acknowledged, since one ``write`` carries one record and
+``log()`` returned after it; a short write rolls to a new segment, and the next attempt of a
+run begins one, so nothing is appended after a torn record.
 
 Durability: one plain ``os.write`` per call (in the page cache: it survives the death of the
 process, not of the machine); ``os.fsync`` at ``flush()``, ``close()``, when a segment rolls
@@ -129,7 +132,7 @@ class Journal:
     """
 
     def __init__(self, folder: str | os.PathLike[str], *, keep: bool = False,
-                 segment_bytes: int = SEGMENT_BYTES) -> None:
+                 segment_bytes: int = SEGMENT_BYTES, first: int | None = None) -> None:
         self.folder = Path(folder)
         self.keep = keep
         self.segment_bytes = segment_bytes
@@ -143,9 +146,11 @@ class Journal:
         (self.folder / CURSORS).mkdir(parents=True, exist_ok=True)
         self.names: set[str] = {name for start in starts(self.folder)
                                 for name, *_ in start.backends}
-        self.next_seq = end_seq(self.folder)
+        self.next_seq = end_seq(self.folder) if first is None else first
         self.fd = -1
         self.size = 0
+        #: Bytes of records appended by this object (what writers reading it count against).
+        self.total = 0
         self.synced_at = time.monotonic()
         self.dirty = False
         self._open_segment()
@@ -165,14 +170,25 @@ class Journal:
         Raises:
             OSError: the write failed (a full disk): nothing of the record counts.
         """
-        size = len(frame)
-        record = _pack(size, _crc(frame)) + frame
-        written = _write(self.fd, record)
-        if written != len(record):  # a short write (a full disk): the torn record is ignored
-            raise OSError(f"journal {self.path}: wrote {written} of {len(record)} bytes")
+        record = _pack(len(frame), _crc(frame)) + frame
+        return self.appended(_write(self.fd, record), len(record))
+
+    def appended(self, written: int, size: int) -> int:
+        """Count a record of ``size`` bytes of which ``written`` were just written to ``fd``
+        (``append``, or the fan-out's own pass); its seq.
+
+        Raises:
+            OSError: a short write (a full disk): the torn record is not counted and is
+                overwritten by no later one (readers stop at it, ``records``).
+        """
+        if written != size:
+            # A torn record would end every reader at it: the segment ends here.
+            self.roll()
+            raise OSError(f"journal {self.path}: wrote {written} of {size} bytes")
         seq = self.next_seq
         self.next_seq = seq + 1
         self.size += written
+        self.total += written
         if self.dirty:
             if time.monotonic() - self.synced_at >= FSYNC_SECONDS:
                 self.sync()
@@ -182,6 +198,11 @@ class Journal:
         if self.size >= self.segment_bytes:
             self.roll()
         return seq
+
+    def record(self, frame: bytes) -> bytes:
+        """The record holding ``frame`` (header and frame), for a write of the caller's own
+        followed by ``appended``."""
+        return _pack(len(frame), _crc(frame)) + frame
 
     def append_parts(self, parts: Sequence[Any]) -> int:
         """``append`` for a frame given as byte-likes (``wire.encode_parts``: media buffers)."""
@@ -207,10 +228,13 @@ class Journal:
             self.synced_at = time.monotonic()
 
     def roll(self) -> None:
-        """Close the current segment (fsynced) and begin a new one at ``next_seq``."""
+        """Close the current segment (fsynced) and begin a new one at ``next_seq``; delete
+        the segments every cursor passed (``collect``)."""
         self.sync()
         os.close(self.fd)
         self._open_segment()
+        with contextlib.suppress(OSError):
+            self.collect()
 
     def close(self) -> None:
         """Append ``CLOSE``, fsync and close the segment; deletes what every cursor passed."""
@@ -311,6 +335,106 @@ def records(folder: str | os.PathLike[str], since: int = 0) -> Iterator[tuple[in
                 yield seq, body
             seq += 1
             at += HEADER.size + size
+
+
+class Tail:
+    """Follows one journal as it is appended to, from record ``since`` on: a writer
+    process's data path (``core_monitor.dispatch.writer``).
+
+    Each ``take`` returns the whole records appended since the last one. A record not yet
+    whole (being written, or torn by a death inside its ``write``) is waited for; a segment
+    named after the next seq (the journal rolled, or a later attempt began one after a torn
+    record) is moved to once the current one holds nothing more. Segments deleted meanwhile
+    (``collect``) stay readable through the descriptor held.
+
+    Args:
+        folder: the journal's folder.
+        since: the seq of the first record wanted (earlier ones are read past, not returned).
+
+    Attributes:
+        seq: the seq of the next record.
+        bytes: bytes of records read past, from ``since`` on (header included).
+    """
+
+    def __init__(self, folder: str | os.PathLike[str], since: int) -> None:
+        self.folder = Path(folder)
+        self.since = since
+        self.seq = 0
+        self.bytes = 0
+        self.fd = -1
+        self.path: Path | None = None
+        self._buffer = b""
+        self._at = 0
+        self._open(since)
+
+    def _open(self, seq: int) -> bool:
+        """Open the segment holding record ``seq`` (the last whose first seq is at most it)."""
+        held = [path for path in segment_paths(self.folder) if first_seq(path) <= seq]
+        if not held:
+            return False
+        self._switch(held[-1])
+        return True
+
+    def _switch(self, path: Path) -> None:
+        fd = os.open(path, os.O_RDONLY)
+        if self.fd >= 0:
+            os.close(self.fd)
+        self.fd, self.path, self._buffer, self._at = fd, path, b"", 0
+        self.seq = first_seq(path)
+
+    def take(self, limit: int = 1 << 20) -> list[tuple[int, bytes]]:
+        """``(seq, frame)`` of the whole records appended since the last call (those from
+        ``since``), up to ``limit`` bytes of them (at least one); ``[]`` when none is whole
+        yet."""
+        taken: list[tuple[int, bytes]] = []
+        if self.fd < 0 and not self._open(self.since):
+            return taken
+        got = 0
+        while got < limit:
+            data, at = self._buffer, self._at
+            if len(data) - at >= HEADER.size:
+                size, crc = HEADER.unpack_from(data, at)
+                stop = at + HEADER.size + size
+                if stop <= len(data):
+                    body = data[at + HEADER.size:stop]
+                    if _crc(body) == crc:
+                        self._at = stop
+                        if self.seq >= self.since:
+                            taken.append((self.seq, body))
+                            self.bytes += stop - at
+                            got += stop - at
+                        self.seq += 1
+                        continue
+                    # torn (a death inside its write): nothing more in this segment
+                    if not self._next_segment():
+                        break
+                    continue
+            if not self._fill():
+                break
+        return taken
+
+    def _fill(self) -> bool:
+        """Read more of the segment into the buffer, or move to the next segment; whether
+        anything changed."""
+        chunk = os.read(self.fd, 1 << 16)
+        if chunk:
+            self._buffer = self._buffer[self._at:] + chunk
+            self._at = 0
+            return True
+        return self._next_segment()
+
+    def _next_segment(self) -> bool:
+        """Move to the segment named after the next seq, when there is one."""
+        following = self.folder / f"{self.seq:020d}{SUFFIX}"
+        if following == self.path or not following.exists():
+            return False
+        self._switch(following)
+        return True
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
 
 
 def decode(frame: bytes) -> tuple[str, Any]:
@@ -436,3 +560,30 @@ def journal_left(folder: str | os.PathLike[str], names: Iterable[str]) -> dict[s
 
 
 _META = b"journal:"
+#: What the first bytes of a ``START`` or ``CLOSE`` record's frame hold (no call's do).
+META = _META
+
+
+def remove_unheld(folder: str | os.PathLike[str], name: str | None = None) -> bool:
+    """Remove the journal in ``folder`` unless a backend's cursor lock other than ``name``'s
+    is held (a writer still reading it); whether it was removed. For a journal of the
+    monitor's own (``Monitor(journal=False)``), removed by the last process reading it."""
+    import fcntl
+    import shutil
+
+    folder = Path(folder)
+    for lock in (folder / CURSORS).glob("*.lock"):
+        if lock.stem == name:
+            continue
+        try:
+            fd = os.open(lock, os.O_RDWR)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return False
+        finally:
+            os.close(fd)
+    shutil.rmtree(folder, ignore_errors=True)
+    return True

@@ -371,11 +371,11 @@ class Monitor:
         """Log scalars and media at one step, as ``wandb.log``/``accelerate.Accelerator.log`` do.
 
         Every rule is checked here, on the caller's thread; the call is then handed to every
-        backend (written into each writer process's pipe, a call over 4 KiB through a spool
-        file, or queued for each worker thread: all of them or none, whole, at every size,
-        even when a ``KeyboardInterrupt`` or SIGTERM arrives) and
-        ``log()`` returns: ``flush()`` waits for the writes. In the default process dispatch
-        the call is then in the kernel: a crash of this process afterwards loses none of it.
+        backend (appended to the run's journal, which every writer process reads, and queued
+        for each worker thread: all of them or none, whole, at every size, even when a
+        ``KeyboardInterrupt`` or SIGTERM arrives) and ``log()`` returns: ``flush()`` waits for
+        the writes. In the default process dispatch the call is then in the journal (the page
+        cache): a crash of this process afterwards loses none of it.
 
         Args:
             metrics: ``{tag: value}``; nested mappings are flattened with ``/``. Values are

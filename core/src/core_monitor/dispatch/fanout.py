@@ -4,16 +4,15 @@ The ``Monitor`` validates a call and builds it once, ``(hook, kwargs)`` (for ``l
 ``("monitor_write", {"events": Batch})``); the fan-out hands that call to every started
 backend's channel (``channel.Channel``), in start order, in one pass:
 
-1. room: every channel's buffer is asked for room first (``Channel.make_room``): ``log()``
-   waits for a full one (``on_full="block"``) or the call is dropped for that backend and
-   counted (``"drop"``), before anything is handed over, so an interrupt while waiting leaves
-   no trace of the call;
-2. the pass: the call is put into every thread channel's queue and its encoding
-   (``wire``, encoded once) written into every writer channel's pipe by one C-level
-   ``deque.extend`` over ``map``: no Python bytecode, hence no signal handler and no other
-   thread, runs between two of them, so the call reaches every channel or none. A frame over
-   ``PIPE_BUF`` bytes is first written whole into a spool file (``_spool``) and only a small
-   frame naming it crosses the pipes, in the same pass;
+1. room: every channel's buffer is asked for room first (``Channel.make_room``; a writer's is
+   the bytes of the journal it may be behind, looked at only when the least room left,
+   ``_slack``, is spent): ``log()`` waits for a full one (``on_full="block"``) or the call is
+   dropped for that backend and counted (``"drop"``), or a backend with a budget is detached,
+   before anything is handed over, so an interrupt while waiting leaves no trace of the call;
+2. the pass: the call is put into every thread channel's queue and its encoding (``wire``,
+   encoded once) appended to the run's journal (``data``), which every writer process reads,
+   by one C-level ``deque.extend`` over ``map``: no Python bytecode, hence no signal handler
+   and no other thread, runs between them, so the call reaches every channel or none;
 3. in-line channels are then called on the caller's thread, in start order.
 
 The failure policy (``policy.Policy``), the counts (``dropped``, ``undelivered``), the media
@@ -31,10 +30,12 @@ default placement.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import shlex
+import shutil
+import struct
+import tempfile
 import time
 import warnings
 from collections import deque
@@ -56,15 +57,12 @@ from .channel import FULL, GONE, ROOM, BackendSpec, Channel
 from .policy import Policy
 from .processes import (
     BYTES_PER_CALL,
-    PIPE_BUF,
     STARTUP_SECONDS,
     WriterChannel,
     WriterHost,
+    journal_root,
     nothing,
     why_not_in_a_process,
-    writable,
-    write_all,
-    write_file,
 )
 from .sync import InlineChannel
 from .threads import FORK_FLUSH_TIMEOUT, ThreadChannel, in_worker
@@ -89,6 +87,9 @@ MAX_RESTARTS = 3
 
 _put = SimpleQueue.put
 _write = os.write
+#: Bytes of a journal record's header (``core_monitor.journal.HEADER``, which cannot be read
+#: here at import: the journal imports this package's wire).
+RECORD_HEADER = struct.calcsize("<II")
 _consume: Callable[[Iterable[Any]], None] = deque(maxlen=0).extend  # an iterator's end, in C
 
 
@@ -158,13 +159,17 @@ class FanOut:
         self._threads: list[ThreadChannel] = []
         self._queues: list[SimpleQueue[tuple[str, Any]]] = []  # the thread channels' queues
         self._live: list[WriterChannel] = []  # the writer channels still sent to
-        self._fds: list[int] = []  # their data pipes
-        self._writable = writable([])  # which of ``_fds`` have room for a frame (a list)
         self._least = capacity  # the smallest thread queue's capacity (``_take``)
+        #: Bytes every live writer can still fall behind before one needs a look (``_settle``).
+        self._slack = 0
         #: The run's journal (``core_monitor.journal``), set by the ``Monitor`` before
         #: ``start``; ``None``: no journal.
         self.journal: run_journal.Journal | None = None
-        self._append: Callable[[bytes], int] | None = None  # the journal's append, or None
+        #: The journal calls are appended to: the run's, or, for writers without one
+        #: (``Monitor(journal=False)``, or the run's failed), one of the monitor's own in a
+        #: temporary folder (``ephemeral``), removed at ``close``; ``None``: none.
+        self.data: run_journal.Journal | None = None
+        self.ephemeral = False
 
     @property
     def names(self) -> list[str]:
@@ -181,11 +186,6 @@ class FanOut:
         """The backends constructed in this process (in-line and thread channels)."""
         return [channel.backend for channel in self.channels
                 if isinstance(channel, (InlineChannel, ThreadChannel))]
-
-    @property
-    def spool(self) -> str | None:
-        """The writers' spool folder while they run (``processes.WriterHost.spool``)."""
-        return None if self._host is None else self._host.spool
 
     def get(self, name: str) -> Backend:
         """The backend called ``name``, constructed in this process.
@@ -218,18 +218,51 @@ class FanOut:
         except OSError as error:
             self._journal_failed(error)
             return
-        self._append = self.journal.append
+        self.data = self.journal
 
-    def _journal_failed(self, error: OSError) -> None:
-        """The journal cannot be written (a full or read-only disk): warn once, go on without."""
-        journal, self.journal, self._append = self.journal, None, None
-        where = journal.folder if journal is not None else "?"
-        warnings.warn(f"the run's journal in {where} cannot be written ({error}); the "
-                      "backends still get every call, but what they have not confirmed is "
-                      "no longer kept on disk (no `monitors sync` for this run)",
-                      BackendWarning, stacklevel=4)
-        if journal is not None:
-            journal.forget()
+    def _journal_failed(self, error: OSError, frame: bytes | None = None) -> None:
+        """The journal cannot be written (a full or read-only disk): warn once; writer
+        processes go on reading a journal of the monitor's own (``_own_journal``), which gets
+        ``frame`` (the call being appended) when given."""
+        failed, self.data = self.data, None
+        if failed is self.journal and failed is not None:
+            self.journal = None
+            warnings.warn(f"the run's journal in {failed.folder} cannot be written ({error}); "
+                          "the backends still get every call, but what they have not "
+                          "confirmed is no longer kept on disk (no `monitors sync` for this "
+                          "run)", BackendWarning, stacklevel=4)
+        if failed is not None:
+            failed.forget()
+        if not self._live:
+            return
+        try:
+            own = self._own_journal(failed)
+            for writer in self._live:
+                writer.journal = own
+                writer.control(("journal", {"folder": str(own.folder), "seq": own.next_seq}))
+            if frame is not None:
+                own.append(frame)
+        except OSError as again:  # no journal at all: the writers get nothing more
+            logger.error("no journal can be written (%s): writer processes get no more calls",
+                         again)
+            for writer in list(self._live):
+                self._refuse(writer, GONE)
+
+    def _own_journal(self, failed: run_journal.Journal | None = None,
+                     names: Iterable[str] = ()) -> run_journal.Journal:
+        """Open a journal of the monitor's own for its writers (``data``, ``ephemeral``), in
+        the temporary folder ``processes.journal_root`` names, continuing ``failed``'s
+        numbering and byte count when given.
+
+        Raises:
+            OSError: it cannot be made.
+        """
+        folder = tempfile.mkdtemp(prefix="core_monitor-journal-", dir=journal_root())
+        own = run_journal.Journal(folder, first=failed.next_seq if failed else None)
+        own.total = failed.total if failed else 0
+        own.names = {writer.name for writer in self._live} | set(names)
+        self.data, self.ephemeral = own, True
+        return own
 
     def placement(self, spec: BackendSpec, run: RunInfo) -> str:
         """The kind of channel ``spec`` gets: ``MODE_KINDS[mode]``, except a thread for a
@@ -260,15 +293,18 @@ class FanOut:
         kinds = {spec.name: self.placement(spec, run) for spec in specs}
         in_process = [spec for spec in specs if kinds[spec.name] == "process"]
         capacity = {spec.name: self.capacity_of(spec.name) for spec in specs}
-        where = None
         if self.journal is not None:
             self._start_journal(specs, run)
-            if self.journal is not None:
-                where = (str(self.journal.folder), self.journal.next_seq)
         if in_process:
             self._host = WriterHost(self.policy)
             try:
-                self._host.launch(in_process, run, capacity, where)
+                if self.data is None:
+                    self._own_journal(names=[spec.name for spec in in_process])
+                assert self.data is not None
+                self._host.launch(in_process, run,
+                                  {name: calls * BYTES_PER_CALL
+                                   for name, calls in capacity.items()},
+                                  self.data, self.ephemeral)
             except OSError as error:
                 warnings.warn(f"writer processes cannot be started here ({error}); every "
                               "backend runs in a worker thread instead (dispatch='thread')",
@@ -346,8 +382,7 @@ class FanOut:
         #: The smallest thread queue's capacity: below it, no queue needs a look.
         self._least = min((c.capacity for c in self._threads), default=self.capacity)
         self._live = [c for c in channels if isinstance(c, WriterChannel) and c.sending]
-        self._fds = [writer.fd for writer in self._live]
-        self._writable = writable(self._fds)
+        self._slack = 0
 
     def _start_failed(self, name: str, error: BaseException) -> None:
         """A backend did not start: raise (``ConfigError``, or any error when strict) or set
@@ -381,27 +416,19 @@ class FanOut:
         self.sent += 1
         if self._host is not None and self._host.died:
             self._restart_writers()
-        append = self._append
-        if self._fds:
-            # The thread channels' room is settled first, as the pipes' is; their queues get
-            # the call in the same pass as the pipes.
+        if self.data is not None:
+            # The thread channels' room and the writers' is settled first; the queues and
+            # the journal get the call in one pass.
             puts = self._queues_with_room() if self._queues else ()
-            frame, parts, size = _encode(hook, kwargs, append is not None)
-            if size <= PIPE_BUF:
-                live = self._live
-                targets = live if len(self._writable(0)) == len(live) else self._targets(0)
-                if append is not None:
-                    self._record(append, frame)
-                self._pass(frame, targets, puts, (hook, kwargs))
-            else:
-                self._spool(parts, size, puts, (hook, kwargs), frame)
+            frame = _encode(hook, kwargs)
+            if self._live:
+                size = len(frame) + RECORD_HEADER
+                if size > self._slack:
+                    self._settle(size)
+                self._slack -= size
+            self._pass(frame, puts, (hook, kwargs))
         elif self._queues:
-            queues = self._queues_with_room()
-            if append is not None:
-                self._record(append, _encode(hook, kwargs, True)[0])
-            _consume(map(_put, queues, repeat((hook, kwargs))))
-        elif append is not None:
-            self._record(append, _encode(hook, kwargs, True)[0])
+            _consume(map(_put, self._queues_with_room(), repeat((hook, kwargs))))
         if self._inline:
             if hook == "monitor_write":  # log()'s hot path: no further call in between
                 failed = self.policy.failed
@@ -415,24 +442,82 @@ class FanOut:
             else:
                 self._call_inline(hook, kwargs)
 
+    def _pass(self, frame: bytes, puts: Sequence[Any], item: Any) -> None:
+        """Put ``item`` into the thread channels' queues ``puts`` (a put never fails) and
+        append ``frame`` to the journal (``data``) in one C-level pass: ``deque.extend``
+        drives ``map`` over them, so no Python bytecode, hence no signal handler and no other
+        thread, runs in between (``os.write`` runs handlers only when its system call fails
+        with EINTR, PEP 475, which a write to a regular file does not). The call reaches every
+        channel or none; the journal counts its record even when an interrupt comes right
+        after (``finally``). A journal that fails gives way to one of the monitor's own
+        (``_journal_failed``)."""
+        data = self.data
+        assert data is not None
+        record = data.record(frame)
+        done: deque[Any] = deque()
+        try:
+            try:
+                done.extend(chain(map(_put, puts, repeat(item)),
+                                  map(_write, repeat(data.fd, 1), repeat(record, 1))))
+            finally:
+                if len(done) > len(puts):
+                    data.appended(done[-1], len(record))
+        except OSError as error:
+            self._journal_failed(error, frame)
+
+    def _settle(self, size: int) -> None:
+        """Some writer may be past its trigger (``WriterChannel.trigger``: half its bound, or
+        nothing for a small bound): each past its bound with a record of ``size`` bytes is
+        asked (``_admit``: waited for, dropped for or detached, as ``on_full`` and its budget
+        say) before anything is appended, so an interrupt while waiting leaves no trace of the
+        call; each past its trigger is woken to read at once
+        (the size trigger of OpenTelemetry's batch processor, besides the writer's schedule
+        delay). A writer with room after a run of dropped calls is told where the run ends
+        (``unskip``). Then ``_slack`` is the least room left below the writers' triggers."""
+        data = self.data
+        assert data is not None
+        slack = None
+        for writer in list(self._live):
+            behind = writer.behind()
+            if behind > 0 and behind + size > writer.limit:
+                admitted = self._admit(writer, size)
+            else:
+                admitted = True
+                if behind + size > writer.trigger:
+                    writer.wake()
+            if admitted and writer.skipping is not None:
+                writer.control(("unskip", {"to": data.next_seq}))
+                writer.skipping = None
+            if writer.sending:
+                room = writer.trigger - max(0, behind)
+                slack = room if slack is None else min(slack, room)
+        if any(writer.skipping is not None for writer in self._live):
+            slack = 0  # a writer dropping calls is asked again at every call
+        self._slack = slack or 0
+
     def _restart_writers(self) -> None:
         """Start again, at its backend's cursor, each writer whose process died (an SDK's
         segfault, an OOM kill), at most ``MAX_RESTARTS`` times per backend: the new writer
-        first reads the journal from the cursor up to the calls its pipe brings; one that died
-        again without its cursor moving is not started again (a call that kills it). Needs the
-        journal (without one the backend stays stopped, as before). The death is reported
-        once (``WriterDied``, by the reply thread); each restart is logged. Called on the
-        caller's thread under the monitor's lock, before a call is handed over."""
-        host, journal = self._host, self.journal
+        reads the journal from the cursor on; one that died again without its cursor moving
+        is not started again (a call that kills it). The death is reported once
+        (``WriterDied``, by the reply thread); each restart is logged. Called on the caller's
+        thread under the monitor's lock, before a call is handed over."""
+        host, data = self._host, self.data
         assert host is not None
         host.died = False
-        if journal is None:
+        if data is None or self.ephemeral:  # without the run's journal, as before it: what
+            for writer in list(self._live):  # it is sent is counted at close (``pending``)
+                if writer.dead:
+                    self._unlist(writer)
             return
         for writer in list(host.writers):
             count = self.restarts.get(writer.name, 0)
-            if not writer.dead or writer.stopping or count >= MAX_RESTARTS:
+            if not writer.dead or writer.stopping:
                 continue
-            cursor = run_journal.read_cursor(journal.folder, writer.name)
+            self._unlist(writer)  # sent nothing more; what it is not sent is counted at close
+            if count >= MAX_RESTARTS:
+                continue
+            cursor = run_journal.read_cursor(data.folder, writer.name)
             if count and self._restarted_at.get(writer.name) == cursor:
                 # It died again before confirming anything: a call that kills it (a poison
                 # call) would kill every new writer; the rest is left to ``monitors sync``.
@@ -442,29 +527,19 @@ class FanOut:
                 continue
             self._restarted_at[writer.name] = cursor
             try:
-                new = host.relaunch(writer, (str(journal.folder), journal.next_seq, cursor))
+                new = host.relaunch(writer, cursor, self.ephemeral)
             except OSError as error:
                 logger.error("backend %r: its writer process could not be started again: %s",
                              writer.name, error)
                 continue
+            new.skipped = self.sent - 1  # the calls before this one were its predecessor's
             self.restarts[writer.name] = count + 1
             self.channels[self.channels.index(writer)] = new
-            self._unlist(writer)
             self._live.append(new)
-            self._fds = [w.fd for w in self._live]
-            self._writable = writable(self._fds)
+            self._slack = 0
             logger.warning("backend %r: its writer process died (%s); started again at its "
                            "cursor (restart %d of %d)", writer.name,
                            writer.exit_description(), count + 1, MAX_RESTARTS)
-
-    def _record(self, append: Callable[[bytes], int], frame: bytes) -> None:
-        """Append ``frame`` to the journal, once room for the call is settled (an interrupt
-        while waiting for room leaves no trace of it, in the journal neither): accepted, on
-        disk (the page cache) before ``log()`` returns."""
-        try:
-            append(frame)
-        except OSError as error:
-            self._journal_failed(error)
 
     def _call_inline(self, hook: str, kwargs: dict[str, Any]) -> None:
         """Call ``hook(**kwargs)`` on every in-line backend implementing it, in start order;
@@ -503,14 +578,15 @@ class FanOut:
 
     def _detach(self, channel: Channel) -> None:
         """``channel``'s budget is spent: it is sent nothing more; its cursor stays below this
-        call (a writer caps its own), so ``monitors sync`` delivers the rest. Warned once."""
+        call (a writer skips every call from it on and caps its own), so ``monitors sync``
+        delivers the rest. Warned once."""
         journal = self.journal
         assert journal is not None
         name = channel.name
         channel.gap = seq = journal.next_seq
         self.detached[name] = seq
         if isinstance(channel, WriterChannel):
-            channel.control(("gap", {"seq": seq}))
+            channel.control(("skip", {"from": seq}))
             self._unlist(channel)
         elif isinstance(channel, ThreadChannel):
             self._queues = [c.items for c in self._threads if c.name not in self.detached]
@@ -526,13 +602,15 @@ class FanOut:
         name = channel.name
         if self.journal is not None and channel.gap is None:
             # Its cursor never passes the first call it did not get: that call and every
-            # later one stay for ``monitors sync`` (a writer caps its own cursor).
+            # later one stay for ``monitors sync`` (a writer caps its own at its skips).
             channel.gap = self.journal.next_seq
-            if isinstance(channel, WriterChannel):
-                channel.control(("gap", {"seq": channel.gap}))
         if answer == FULL:
             self.dropped[name] = self.dropped.get(name, 0) + 1
             channel.skipped += 1
+            if isinstance(channel, WriterChannel) and channel.skipping is None:
+                assert self.data is not None
+                channel.skipping = self.data.next_seq
+                channel.control(("skip", {"from": channel.skipping}))
             if self.dropped[name] == 1:
                 report_drop(name, channel.full)
             return
@@ -543,12 +621,11 @@ class FanOut:
             self._unlist(channel)
 
     def _unlist(self, writer: WriterChannel) -> None:
-        """Stop sending to ``writer`` (its process is gone)."""
+        """Stop sending to ``writer`` (its process is gone, or its budget spent)."""
         writer.sending = False
         if writer in self._live:
             self._live.remove(writer)
-            self._fds = [w.fd for w in self._live]
-            self._writable = writable(self._fds)
+            self._slack = 0
 
     def _queues_with_room(self) -> list[SimpleQueue[tuple[str, Any]]]:
         """The thread channels' queues that take one more item now: all of them while none is
@@ -557,102 +634,6 @@ class FanOut:
             return self._queues
         return [channel.items for channel in self._threads
                 if channel.name not in self.detached and self._admit(channel, 0)]
-
-    def _targets(self, spool: int) -> list[WriterChannel]:
-        """The live writers that take a frame (naming a spool file of ``spool`` bytes) now:
-        all of them while every pipe has room (one ``poll``); otherwise each full one as
-        ``_admit`` says. Nothing is written here, so an interrupt while waiting leaves no trace
-        of the call; room only grows until the pass (only this thread, holding the monitor's
-        lock, writes)."""
-        live = self._live
-        if len(self._writable(0)) == len(live) and (
-                not spool or all(writer.spool_room(spool) for writer in live)):
-            return live
-        return [writer for writer in list(live) if self._admit(writer, spool)]
-
-    def _pass(self, frame: bytes, targets: list[WriterChannel],
-              puts: Sequence[Any] = (), item: Any = None) -> list[WriterChannel]:
-        """Write ``frame`` (at most ``PIPE_BUF`` bytes) into the pipes of ``targets``, each of
-        which has room for it, after putting ``item`` into the thread channels' queues
-        ``puts`` (a put never fails); the writers that got it.
-
-        The pass is atomic: ``deque.extend`` drives ``map(os.write, ...)`` in C, so no Python
-        bytecode runs between two writes, hence no signal handler (Python runs handlers
-        between bytecodes) and no other thread. ``os.write`` itself runs handlers only when
-        the system call fails with EINTR (PEP 475), and a non-blocking write of at most
-        ``PIPE_BUF`` bytes into a pipe with a free page never sleeps, so it never returns
-        EINTR. Blocking signals with ``signal.pthread_sigmask`` would add nothing: it masks
-        this thread only, another thread's C-level handler would still flag the signal, and
-        the flag is acted on at the next bytecode, which comes after the pass either way.
-        """
-        fds = self._fds if targets is self._live else [writer.fd for writer in targets]
-        done: deque[Any] = deque()
-        try:
-            if puts:
-                done.extend(chain(map(_put, puts, repeat(item)), map(_write, fds, repeat(frame))))
-            else:
-                done.extend(map(_write, fds, repeat(frame)))
-        except OSError as error:  # a writer that ended since the room was checked
-            return self._resume_pass(frame, targets, len(done) - len(puts), error)
-        return targets
-
-    def _resume_pass(self, frame: bytes, targets: list[WriterChannel], at: int,
-                     error: OSError) -> list[WriterChannel]:
-        """The pass stopped at ``targets[at]``: its writer is gone (or, where a pipe with
-        room may still refuse a frame, full). The frame goes to the others one at a time."""
-        got = targets[:at]
-        for offset, writer in enumerate(targets[at:]):
-            if offset:
-                try:
-                    _write(writer.fd, frame)
-                    got.append(writer)
-                    continue
-                except OSError as later:
-                    error = later
-            if isinstance(error, BlockingIOError) and writer.process.poll() is None:
-                if self.on_full == "drop":
-                    self._refuse(writer, FULL)
-                    continue
-                with contextlib.suppress(OSError):
-                    write_all(writer.fd, [frame], writer=writer)
-                    got.append(writer)
-                    continue
-            self._refuse(writer, GONE)
-        return got
-
-    def _spool(self, parts: list[Any], size: int, puts: Sequence[Any], item: Any,
-               frame: bytes = b"") -> None:
-        """A frame larger than ``PIPE_BUF`` (media, a wide row): written whole into a file of
-        the spool folder, hard-linked once per writer that takes it, all before anything is
-        announced (an interrupt or a full disk meanwhile removes them: no trace of the call),
-        then announced by a ``wire.SPOOL`` frame in one pass, as a small call is. The file
-        lives on the disk, so it outlives a SIGKILL of this process; each writer removes its
-        link once read."""
-        targets = list(self._targets(size))  # a copy: a writer found gone leaves ``_live``
-        if self._append is not None:
-            self._record(self._append, frame)
-        if not targets:
-            _consume(map(_put, puts, repeat(item)))
-            return
-        host = self._host
-        assert host is not None and host.spool is not None
-        name = host.spool_name()
-        paths = [wire.spool_path(host.spool, name, writer.index) for writer in targets]
-        try:
-            write_file(paths[0], parts)
-            for path in paths[1:]:
-                os.link(paths[0], path)
-        except BaseException:
-            for path in paths:
-                _unlink(path)
-            raise
-        got = self._pass(wire.encode((wire.SPOOL, {"name": name, "bytes": size})), targets,
-                         puts, item)
-        for writer, path in zip(targets, paths, strict=True):
-            if writer in got:
-                writer.spooled += size
-            else:  # dropped or gone after the room check (rare): its link is nobody's
-                _unlink(path)
 
     # Flush, stop, close ------------------------------------------------------------------
 
@@ -738,12 +719,16 @@ class FanOut:
             Exception: with ``strict``, the first exception a backend raised.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
-        self._live, self._fds = [], []
-        self._writable = writable([])
+        self._live = []
         if self._host is not None:
             for name, lost in self._host.close(deadline, timeout, self.sent,
                                                patient=shutdown.exiting).items():
                 self.undelivered[name] = self.undelivered.get(name, 0) + lost
+            if self.ephemeral and self.data is not None:
+                self.data.forget()
+                if not self._host.starting:  # else the last of them removes it
+                    shutil.rmtree(self.data.folder, ignore_errors=True)
+                self.data = None
         stuck = set()
         for channel in self._threads:
             if not channel.join(deadline):
@@ -848,35 +833,25 @@ class FanOut:
 
     def forget(self) -> None:
         """In a forked child: let go of everything inherited, never writing to it (the pipes
-        are closed, the queues emptied, the spool folder left to the parent)."""
-        if self.journal is not None:  # the parent's: never written from here
-            self.journal.forget()
-        self.journal, self._append = None, None
+        are closed, the queues emptied, the journal left to the parent)."""
+        if self.data is not None:  # the parent's: never written from here
+            self.data.forget()
+        self.journal, self.data = None, None
         if self._host is not None:
             self._host.forget()
         for channel in self._threads:
             channel.forget()
         self._queues = [channel.items for channel in self._threads]
-        self._live, self._fds = [], []
-        self._writable = writable([])
+        self._live = []
 
 
-def _encode(hook: str, kwargs: dict[str, Any], whole: bool) -> tuple[bytes, list[Any], int]:
-    """``(frame, parts, size)`` of the call: its ``wire`` frame, once (``frame`` is empty for
-    a frame over ``PIPE_BUF`` bytes unless ``whole``: the journal takes it whole). A batch
-    travels as its rows, plain tuples (pickled in a third of the time of the ``Batch``
-    object); the writer builds the ``Batch`` again (``wire.WRITE_ROWS``)."""
+def _encode(hook: str, kwargs: dict[str, Any]) -> bytes:
+    """The call's ``wire`` frame, encoded once. A batch travels as its rows, plain tuples
+    (pickled in a third of the time of the ``Batch`` object); the reader builds the ``Batch``
+    again (``wire.WRITE_ROWS``)."""
     if hook == "monitor_write" and type(kwargs["events"]) is Batch:
-        frame = wire.encode((wire.WRITE_ROWS, kwargs["events"].rows))
-        return frame, [frame], len(frame)
-    parts = wire.encode_parts((hook, kwargs))
-    size = sum(memoryview(part).nbytes for part in parts)
-    return (b"".join(parts) if size <= PIPE_BUF or whole else b""), parts, size
-
-
-def _unlink(path: str) -> None:
-    with contextlib.suppress(OSError):
-        os.unlink(path)
+        return wire.encode((wire.WRITE_ROWS, kwargs["events"].rows))
+    return b"".join(wire.encode_parts((hook, kwargs)))
 
 
 class ProcessDispatch(FanOut):

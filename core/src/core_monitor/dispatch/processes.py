@@ -1,47 +1,43 @@
 """The writer channel (the default kind): a backend runs in a writer process of its own.
 
-``WriterChannel`` is the training process's side of one writer: its data pipe, its control
-pipe, its process, what it replied. ``WriterHost`` is what the writer channels of one monitor
-share: the spool folder and the one thread reading every writer's replies. The fan-out
-(``fanout.FanOut``) encodes each call once (``core_monitor.dispatch.wire``) and writes the
-frame into every writer's pipe in its one C-level pass (``os.write`` mapped over the pipes by
-``deque.extend``: no Python bytecode, so no signal handler and no other thread, runs between
-two writes), once every pipe has room for it (one ``poll``; room is waited for, or the call
-dropped for a full one, before anything is written: ``WriterChannel.make_room``). A frame of at
-most ``PIPE_BUF`` bytes (4 KiB on Linux) goes into a pipe whole, so the call reaches every
-writer whole or none. A larger one (an image, a row of thousands of tags) is first written
-whole into a spool file (``WriterHost.spool``, a folder in ``/dev/shm``), hard-linked once per
-writer, and only a small ``wire.SPOOL`` frame naming it crosses the pipes, in the same pass: an
-interrupt before the pass leaves no trace of the call, one after it cannot undo it. Spool files
-count by their bytes against each writer's bound (twice its pipe's size: what its pipe and its
-inbox hold of small calls). When ``log()`` returns the call is in the kernel (in a pipe, and a
-spool file for a large one): if the training process dies by any means, each writer still
-reads it, writes it, flushes, marks the run as crashed (``monitor_crash``) and exits
-(``core_monitor.dispatch.writer``), the last one removing the spool folder. No tracker SDK is
-imported in the training process.
+``WriterChannel`` is the training process's side of one writer: its control pipe, its
+process, what it replied. ``WriterHost`` is what the writer channels of one monitor share:
+the one thread reading every writer's replies. The data path is the run's journal
+(``core_monitor.journal``): the fan-out (``fanout.FanOut``) appends each call once, encoded
+once (``core_monitor.dispatch.wire``), with one ``write``, and every writer reads it from there
+at its own pace (``journal.Tail``), a large call (an image, a row of thousands of tags) the
+same way as a small one. What a writer has not read is on disk, not in a pipe: when ``log()``
+returns the call is in the journal (the page cache), so if the training process dies by any
+means each writer still reads it, writes it, flushes, marks the run as crashed
+(``monitor_crash``) and exits (``core_monitor.dispatch.writer``); if a writer dies, the one
+started in its place reads on from its backend's cursor. Without the run's journal
+(``Monitor(journal=False)``, or one that cannot be written) the writers read a journal of the
+monitor's own in ``journal_root()`` (``/dev/shm``), removed at close (or by the last writer
+left to finish its start). No tracker SDK is imported in the training process.
 
-Each data pipe is the backend's bounded buffer: ``queue_size`` calls of 1 KiB (at least one
-page, at most the system's largest pipe, ``/proc/sys/fs/pipe-max-size``, 1 MiB by default); the
-writer's reader thread moves what arrives into an inbox of as much again, in batches
-(``writer.SCHEDULE_DELAY``, at once when the pipe is half full), so the backend alone bounds
-how fast a pipe drains. With ``on_full="block"`` a full pipe makes
-``log()`` wait for that writer (while it lives); with ``"drop"`` the call is dropped for that
-backend and counted, after a short grace (``DROP_GRACE_SECONDS``) unless the writer has been
-inside one hook for longer than that (the shared memory ``wire.SHARED_BYTES``).
+Each writer's bound is bytes of the journal it may be behind (``WriterChannel.behind``: what
+was appended since it started, less what it read into its inbox, which holds as much again):
+``Monitor(budget=...)``, else ``queue_size`` calls of ``BYTES_PER_CALL``. With
+``on_full="block"`` a writer past it makes ``log()`` wait for it (while it lives; it is woken
+at once); with ``"drop"`` the call is dropped for that backend and counted, after a short grace
+(``DROP_GRACE_SECONDS``) unless the writer has been inside one hook for longer than that (the
+shared memory ``wire.SHARED_BYTES``), and the writer is told which calls to skip (a ``skip``
+request before the first, an ``unskip`` before the next it gets); a backend with a budget is
+detached (``fanout.FanOut._detach``), never waited for.
 
-Flush and stop requests travel on a second pipe per writer, the control pipe, written without
-waiting: they never queue behind data in a full data pipe, so ``flush(timeout=)`` and
-``close(timeout=)`` keep their deadline whatever the data pipes hold. The writer places each
-request after the data logged before it. The fan-out's ``stop`` marks every writer stopping
-before it sends any stop request, so a writer that exits on its request is never taken for a
-dead one.
+Flush and stop requests travel on the control pipe, written without waiting, each naming the
+journal's next record: the writer places it after every call logged before it, so
+``flush(timeout=)`` and ``close(timeout=)`` keep their deadline whatever a writer has left to
+read. The fan-out's ``stop`` marks every writer stopping before it sends any stop request, so a
+writer that exits on its request is never taken for a dead one.
 
 Start-up: ``WriterHost.launch`` starts every writer at once (each with SIGTERM blocked until
 its handler is in place) and the fan-out, by default (``Monitor(wait=False)``), returns at
-once: calls wait in the pipes of writers still starting (a full one waits for room even with
-``on_full="drop"``), and a start failure is reported by the reply thread like any failure, at
-the caller's next call, with its original type. With ``wait`` (``Monitor(wait=True)``, or a
-``resume`` other than ``"never"``) it returns when each replied ready or failed
+once: calls wait in the journal for writers still starting (one past its bound is waited for
+even with ``on_full="drop"``), and a start failure is reported by the reply thread like any
+failure, at the caller's next call, with its original type. With ``wait``
+(``Monitor(wait=True)``, or a ``resume`` other than ``"never"``) it returns when each replied
+ready or failed
 (``STARTUP_SECONDS`` at most, naming the backend), re-raising a start failure with its original
 type and message. Failures and warnings of a running writer come back on its reply pipe, read
 by one thread (which also passes on the writer's stdout and stderr, a pipe of its own: a writer
@@ -82,17 +78,14 @@ import logging
 import mmap
 import os
 import pickle
-import select
 import selectors
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..errors import WriterDied
 from ..plugins import installed_plugins, packages_distributions
@@ -104,11 +97,13 @@ from .wire import (
     BUSY_SINCE,
     DRAIN_SECONDS,
     HANDLED,
+    READ_BYTES_AT,
     SHARED_BYTES,
-    SPOOL_READ,
-    SPOOL_READ_AT,
     START_SECONDS,
 )
+
+if TYPE_CHECKING:  # journal imports this package's wire
+    from ..journal import Journal
 
 logger = logging.getLogger("core_monitor")
 
@@ -118,10 +113,11 @@ STARTUP_SECONDS = 120.0
 BYTES_PER_CALL = 1024
 #: Seconds a full pipe of an idle writer gets to drain before a call is dropped.
 DROP_GRACE_SECONDS = 0.05
-#: Seconds of the first nap while waiting for a writer to read its spool files.
-SPOOL_NAP_SECONDS = 0.0001
-#: The largest frame a pipe takes whole in one write (4 KiB on Linux); larger calls are spooled.
-PIPE_BUF = getattr(select, "PIPE_BUF", 512)
+#: Bytes below which a writer's bound is small: it is woken to read at every call (a writer
+#: reading late by its schedule delay would make the training process wait, or drop calls).
+SMALL_BOUND = 64 * 1024
+#: Seconds of the first nap while waiting for a writer to read (``WriterChannel.wait_room``).
+FIRST_NAP_SECONDS = 0.0001
 _F_SETPIPE_SZ = 1031  # fcntl.F_SETPIPE_SZ (Linux; in the fcntl module from Python 3.10)
 
 
@@ -131,17 +127,16 @@ class WriterChannel(Channel):
     Args:
         spec: the backend to start there.
         run: the run it starts.
-        capacity: ``queue_size``: the data pipe holds ``capacity`` KiB (``BYTES_PER_CALL``).
-        index: its place among the monitor's writers (the suffix of its spool links).
-        spool: the spool folder (``WriterHost.spool``).
-        journal: ``(the run's journal folder, the seq of the first call it gets)``: the
-            writer moves the backend's cursor (``core_monitor.journal``); a third item, a
-            writer started again (``WriterHost.relaunch``): the seq it first reads from the
-            journal; ``None``: no journal.
+        limit: bytes of the journal the writer may be behind (``Monitor(budget=...)``, or
+            ``queue_size`` calls of ``BYTES_PER_CALL``) before a call waits, is dropped or
+            detaches it (``make_room``).
+        journal: the journal the writer reads (``core_monitor.journal.Journal``).
+        since: for a writer started again (``WriterHost.relaunch``), the seq it first reads
+            (its backend's cursor); ``None``: the journal's next call.
+        ephemeral: the journal is the monitor's own (``Monitor(journal=False)``).
 
     Attributes:
         name: the backend's name.
-        fd: the write end of the data pipe (non-blocking), or ``-1`` once closed.
         process: the ``subprocess.Popen`` of the writer.
         ready: ``None`` while starting, then ``True`` or the start failure (an exception).
         facts: what the backend told at its start (``FanOut.facts``).
@@ -149,8 +144,9 @@ class WriterChannel(Channel):
         flushed: the last flush marker the writer answered.
         dead: the writer ended without being asked to (or was killed), after its start.
         ended: the writer's process exited (its reply pipe closed), whatever the reason.
-        sending: whether the fan-out still writes to it (``False`` once it is found gone, and
+        sending: whether the fan-out still sends to it (``False`` once it is found gone, and
             from ``close`` on).
+        skipping: the seq of the first call of the current run of calls dropped for it.
 
     Raises:
         OSError: a pipe, the shared memory or the process could not be made.
@@ -158,16 +154,21 @@ class WriterChannel(Channel):
 
     kind: ClassVar[str] = "process"
 
-    def __init__(self, spec: BackendSpec, run: RunInfo, capacity: int, index: int,
-                 spool: str, journal: tuple[str, int] | tuple[str, int, int] | None = None,
-                 ) -> None:
+    def __init__(self, spec: BackendSpec, run: RunInfo, limit: int, journal: Journal,
+                 since: int | None = None, ephemeral: bool = False) -> None:
         super().__init__(spec.name)
-        self.spec, self.run, self.capacity = spec, run, capacity  # to start it again
-        self.full = f"its pipe is full (queue_size={capacity})"
-        self.sending = True  # among the fan-out's live writers (the pipe is written to)
+        limit = max(limit, mmap.PAGESIZE)  # as a pipe's was: a page at least
+        self.spec, self.run, self.limit = spec, run, limit  # to start it again
+        #: Bytes behind past which the writer is woken to read at once (``fanout._settle``).
+        self.trigger = 0 if limit < SMALL_BOUND else limit // 2
+        self.full = f"it is {limit} bytes behind (its budget or queue_size)"
+        self.journal = journal
+        #: The journal's byte count when this writer started: it reads from there on.
+        self.base_bytes = journal.total
+        self.sending = True
+        self.skipping: int | None = None
+        self.woken_at = -2  # the bytes it had read when last woken (``wake``)
         self.marker = 0  # the last flush marker sent
-        self.index = index  # its place in start order: the suffix of its spool links
-        self.spooled = 0  # bytes of spool files sent to it (wire.SPOOL_READ: bytes it read)
         self.ready: bool | BaseException | None = None
         self.facts: dict[str, Any] = {}
         self.handled = self.flushed = 0
@@ -176,8 +177,8 @@ class WriterChannel(Channel):
         self.ending: str | None = None  # why the writer said it ends by itself, if it did
         self.changed = threading.Condition()
         start = wire.encode(("start", spec.cls.__module__, spec.cls.__qualname__, spec.name,
-                             run, dict(spec.options), spool, index, journal))
-        data_read, self.fd = os.pipe()
+                             run, dict(spec.options),
+                             (str(journal.folder), journal.next_seq, since, ephemeral, limit)))
         control_read, self.control_fd = os.pipe()
         self.reply_fd, reply_write = os.pipe()
         self.output_fd, output_write = os.pipe()
@@ -187,9 +188,6 @@ class WriterChannel(Channel):
             if shared_fd >= 0:
                 os.ftruncate(shared_fd, mmap.PAGESIZE)
             self.busy = mmap.mmap(shared_fd, SHARED_BYTES) if shared_fd >= 0 else None
-            #: The bytes of spool files the writer may hold unread: what its pipe and its
-            #: inbox hold of small calls (twice the pipe's size).
-            self.bound = 2 * _resize(self.fd, capacity * BYTES_PER_CALL)
             # Its own session: a Ctrl-C (SIGINT to the terminal's process group) is the
             # training process's business. Its own output pipe: it never holds the training
             # process's stdout/stderr (a shell or CI step waiting on them would wait for it).
@@ -198,19 +196,16 @@ class WriterChannel(Channel):
             with _sigterm_blocked():
                 self.process = subprocess.Popen(
                     [sys.executable, "-m", "core_monitor.dispatch.writer",
-                     str(data_read), str(control_read), str(reply_write), str(shared_fd),
-                     str(os.getpid())],
-                    pass_fds=[fd for fd in (data_read, control_read, reply_write, shared_fd)
-                              if fd >= 0],
+                     str(control_read), str(reply_write), str(shared_fd), str(os.getpid())],
+                    pass_fds=[fd for fd in (control_read, reply_write, shared_fd) if fd >= 0],
                     stdin=subprocess.DEVNULL, stdout=output_write, stderr=output_write,
                     start_new_session=True,
                 )
         finally:
-            for fd in (data_read, control_read, reply_write, output_write, shared_fd):
+            for fd in (control_read, reply_write, output_write, shared_fd):
                 if fd >= 0:
                     os.close(fd)
-        write_all(self.fd, [start])
-        os.set_blocking(self.fd, False)
+        os.write(self.control_fd, start)  # into an empty pipe: whole, at once
         os.set_blocking(self.control_fd, False)
 
     def wait_ready(self, deadline: float) -> bool | BaseException:
@@ -230,32 +225,39 @@ class WriterChannel(Channel):
             return self.ready
 
     def idle(self) -> bool:
-        """Whether a full pipe may still drain soon: the writer is between calls, or inside a
+        """Whether a writer behind may still catch up soon: it is between calls, or inside a
         hook that started less than ``DROP_GRACE_SECONDS`` ago (a hung hook drops at once)."""
         busy = self.busy
         if busy is None or busy[0] == 0:
             return True
         return time.monotonic() - BUSY_SINCE.unpack_from(busy, 24)[0] < DROP_GRACE_SECONDS
 
-    def spool_room(self, size: int) -> bool:
-        """Whether a spool file of ``size`` bytes (0: none) fits the writer's bound: the bytes
-        of spool files it has not read yet, plus ``size``, at most ``bound``; a file larger
-        than the bound when it holds none (else such a call could never be sent)."""
-        if not size or self.busy is None:
-            return True
-        held = self.spooled - SPOOL_READ.unpack_from(self.busy, SPOOL_READ_AT)[0]
-        return held <= 0 or held + size <= self.bound
+    def behind(self) -> int:
+        """Bytes of the journal appended since this writer started that it has not read."""
+        read = READ_BYTES_AT.unpack_from(self.busy, 16)[0] if self.busy is not None else 0
+        return self.journal.total - self.base_bytes - read
+
+    def wake(self) -> None:
+        """Ask the writer to read the journal at once (a ``wake`` request), unless it was
+        asked since it last read (the request is still in its pipe, or it is busy)."""
+        read = READ_BYTES_AT.unpack_from(self.busy, 16)[0] if self.busy is not None else -1
+        if read < 0 or read != self.woken_at:
+            self.woken_at = read
+            self.control(("wake", {}))
 
     def room(self, size: int) -> bool:
-        """Whether a frame of at most ``PIPE_BUF`` bytes can be written into the pipe now (one
-        free page of the pipe takes it whole), naming a spool file of ``size`` bytes."""
-        return bool(select.select([], [self.fd], [], 0)[1]) and self.spool_room(size)
+        """Whether a record of ``size`` bytes keeps the writer within its ``limit`` (a record
+        larger than the limit fits a writer that has read everything)."""
+        behind = self.behind()
+        return behind <= 0 or behind + size <= self.limit
 
     def wait_room(self, size: int, deadline: float | None, *, starting: bool = False) -> bool:
         """Wait for ``room(size)`` until ``deadline`` (``None``: no limit), while the writer
         lives (and, with ``starting``, while it is still starting); whether there is room.
-        Nothing is written meanwhile: an interrupt here leaves no trace of the call."""
-        nap = SPOOL_NAP_SECONDS
+        The writer is asked to read at once (a ``wake`` request); naps grow from 0.1 ms to
+        2 ms. Nothing is appended meanwhile: an interrupt here leaves no trace of the call."""
+        nap = FIRST_NAP_SECONDS
+        self.wake()
         while True:
             if self.room(size):
                 return True
@@ -263,21 +265,16 @@ class WriterChannel(Channel):
             if (self.process.poll() is not None or (left is not None and left <= 0)
                     or (starting and self.ready is not None)):
                 return False
-            wait = 0.1 if left is None else min(left, 0.1)
-            if self.spool_room(size):
-                select.select([], [self.fd], [], wait)
-            else:  # the writer reads spool files as it handles them: nothing to select on,
-                # so naps growing from 0.1 ms to 2 ms (a writer keeping up is not kept waiting)
-                time.sleep(min(wait, nap))
-                nap = min(nap * 2, 0.002)
+            time.sleep(min(nap, 0.1 if left is None else max(left, 0.0)))
+            nap = min(nap * 2, 0.002)
 
     def make_room(self, size: int, on_full: str) -> str:
-        """Room for a frame naming a spool file of ``size`` bytes (``room``), else as
-        ``on_full`` says: ``"block"`` waits while the writer lives; ``"drop"`` waits while it
-        is still starting (what is logged behind ``Monitor(wait=False)`` is never dropped),
-        then gives a writer not stuck inside a hook ``DROP_GRACE_SECONDS``; ``FULL`` after
-        that, ``GONE`` when the process ended. ``"detach"`` (a backend with a budget) waits
-        for nothing: ``FULL`` at once."""
+        """Room for a record of ``size`` bytes (``room``), else as ``on_full`` says:
+        ``"block"`` waits while the writer lives; ``"drop"`` waits while it is still starting
+        (what is logged behind ``Monitor(wait=False)`` is never dropped), then gives a writer
+        not stuck inside a hook ``DROP_GRACE_SECONDS``; ``FULL`` after that, ``GONE`` when the
+        process ended. ``"detach"`` (a backend with a budget) waits for nothing: ``FULL`` at
+        once."""
         if self.room(size):
             return ROOM
         if on_full == "detach":
@@ -298,14 +295,14 @@ class WriterChannel(Channel):
         return not self.dead and self.ready is True
 
     def request_flush(self) -> int | None:
-        """A flush request on the control pipe (never behind data in a full data pipe: the
-        writer places it after every byte its data pipe held when it read the request); the
-        marker to wait for, ``0`` for a writer no longer sent to, ``None`` when the request
-        could not be written."""
+        """A flush request on the control pipe, naming the journal's next record (the writer
+        places it after every call logged before it); the marker to wait for, ``0`` for a
+        writer no longer sent to, ``None`` when the request could not be written."""
         if not self.sending:
             return 0
         self.marker += 1
-        return self.marker if self.control(("flush", {"marker": self.marker})) else None
+        return self.marker if self.control(("flush", {"marker": self.marker,
+                                                       "seq": self.journal.next_seq})) else None
 
     def wait_flushed(self, ticket: int | None, deadline: float | None) -> bool:
         """Wait for the writer's answer to flush ``ticket``, until ``deadline``. A writer that
@@ -336,16 +333,16 @@ class WriterChannel(Channel):
     def request_stop(self, reason: str | None) -> None:
         """The stop request, on the control pipe, never waiting (``stopping`` is set by the
         fan-out for every writer first)."""
-        self.control(("stop", {"reason": reason}))
+        self.control(("stop", {"reason": reason, "seq": self.journal.next_seq}))
 
     def forget(self) -> None:
         """Close the inherited pipes: the child neither writes to the writer nor keeps it
         alive; it never waits for or kills it."""
-        for fd in (self.fd, self.control_fd, self.reply_fd, self.output_fd):
+        for fd in (self.control_fd, self.reply_fd, self.output_fd):
             if fd >= 0:
                 with contextlib.suppress(OSError):
                     os.close(fd)
-        self.fd = self.control_fd = -1
+        self.control_fd = -1
         self.sending = False
 
     def stop_now(self) -> None:
@@ -374,12 +371,10 @@ class WriterChannel(Channel):
         return self.handled
 
     def close_pipe(self) -> None:
-        """Close the data and control pipes' write ends: the writer sees the end of input."""
-        for name in ("fd", "control_fd"):
-            fd = getattr(self, name)
-            if fd >= 0:
-                setattr(self, name, -1)
-                os.close(fd)
+        """Close the control pipe's write end: the writer sees the end of input."""
+        fd, self.control_fd = self.control_fd, -1
+        if fd >= 0:
+            os.close(fd)
 
     def kill(self) -> None:
         """SIGKILL the writer and what its SDK started (its session's process group)."""
@@ -404,16 +399,14 @@ class WriterChannel(Channel):
 
 
 class WriterHost:
-    """What the writer channels of one fan-out share: the spool folder their large calls cross
-    through, and the thread reading every writer's replies and output.
+    """What the writer channels of one fan-out share: the journal they read, and the thread
+    reading every writer's replies and output.
 
     Args:
         policy: the fan-out's failure policy (failures and warnings replied by a writer).
 
     Attributes:
         writers: the writer channels launched, in start order.
-        spool: the spool folder (calls larger than ``PIPE_BUF``) while writers run, else
-            ``None``.
         waited: whether the fan-out waited for the writers' start (their start failures are
             then reported by the fan-out itself, not by the reply thread).
     """
@@ -421,19 +414,18 @@ class WriterHost:
     def __init__(self, policy: Policy) -> None:
         self.policy = policy
         self.writers: list[WriterChannel] = []
-        self.spool: str | None = None
         self.waited = True
         #: A writer died since the fan-out last looked (set by the reply thread).
         self.died = False
-        self._spools = 0  # spool files written (their names)
+        #: The writers ``close`` left to finish their start (and write) by themselves.
+        self.starting: list[str] = []
         self._selector: selectors.BaseSelector | None = None
         self._reader: threading.Thread | None = None
 
-    def launch(self, specs: Sequence[BackendSpec], run: RunInfo,
-               capacity: int | dict[str, int], journal: tuple[str, int] | None = None) -> None:
-        """Start every writer of ``specs`` at once, and the thread reading their replies
-        (``capacity``: one for all, or per backend name; ``journal``: as ``WriterChannel``
-        takes it).
+    def launch(self, specs: Sequence[BackendSpec], run: RunInfo, limits: dict[str, int],
+               journal: Journal, ephemeral: bool = False) -> None:
+        """Start every writer of ``specs`` at once, each reading ``journal`` from its next
+        call (``limits``: bytes each may be behind), and the thread reading their replies.
 
         Raises:
             OSError: a pipe or a process could not be made (the caller stops what started).
@@ -441,42 +433,34 @@ class WriterHost:
         if not specs:
             return
         self._selector = selectors.DefaultSelector()
-        self.spool = tempfile.mkdtemp(prefix="core_monitor-spool-", dir=_spool_root())
-        for index, spec in enumerate(specs):
-            writer = WriterChannel(spec, run, capacity if isinstance(capacity, int)
-                                   else capacity[spec.name], index, self.spool, journal)
+        for spec in specs:
+            self._add(WriterChannel(spec, run, limits[spec.name], journal,
+                                    ephemeral=ephemeral))
+
+    def _add(self, writer: WriterChannel, dead: WriterChannel | None = None) -> None:
+        assert self._selector is not None
+        if dead is None:
             self.writers.append(writer)
-            self._selector.register(writer.reply_fd, selectors.EVENT_READ, (writer, "reply"))
-            self._selector.register(writer.output_fd, selectors.EVENT_READ, (writer, "output"))
-        self._reader = threading.Thread(target=self._read_replies, daemon=True,
-                                        name="core_monitor:replies")
-        self._reader.start()
-
-    def relaunch(self, dead: WriterChannel, journal: tuple[str, int, int]) -> WriterChannel:
-        """Start a writer again in place of ``dead`` (its process ended), for the same backend,
-        run and spool links; ``journal``: ``(folder, the seq of the first call its pipe gets,
-        the seq it first reads from the journal: its backend's cursor)``. Its replies are
-        read by the reply thread (started again when it had ended).
-
-        Raises:
-            OSError: a pipe or the process could not be made.
-        """
-        assert self.spool is not None and self._selector is not None
-        writer = WriterChannel(dead.spec, dead.run, dead.capacity, dead.index, self.spool,
-                               journal)
-        self.writers[self.writers.index(dead)] = writer
+        else:
+            self.writers[self.writers.index(dead)] = writer
         self._selector.register(writer.reply_fd, selectors.EVENT_READ, (writer, "reply"))
         self._selector.register(writer.output_fd, selectors.EVENT_READ, (writer, "output"))
         if self._reader is None or not self._reader.is_alive():
             self._reader = threading.Thread(target=self._read_replies, daemon=True,
                                             name="core_monitor:replies")
             self._reader.start()
-        return writer
 
-    def spool_name(self) -> str:
-        """The name of the next spool file."""
-        self._spools += 1
-        return str(self._spools)
+    def relaunch(self, dead: WriterChannel, since: int, ephemeral: bool) -> WriterChannel:
+        """Start a writer again in place of ``dead`` (its process ended), for the same backend
+        and run, reading the journal from ``since`` (its backend's cursor). Its replies are
+        read by the reply thread (started again when it had ended).
+
+        Raises:
+            OSError: a pipe or the process could not be made.
+        """
+        writer = WriterChannel(dead.spec, dead.run, dead.limit, dead.journal, since, ephemeral)
+        self._add(writer, dead)
+        return writer
 
     # The reply thread --------------------------------------------------------------------
 
@@ -566,9 +550,9 @@ class WriterHost:
         """End every writer: close its pipes (its end of input), wait for it to exit, all
         at once, until ``deadline``; kill one still running then, unless it is still starting
         (module docstring: it goes on by itself) or, with ``patient`` (the core's own exit
-        limit: ``shutdown.close_all``), still making progress (``wire.Progress``); remove the
-        spool folder. Every writer is reaped. Backend name -> calls of the ``sent`` that never
-        reached its backend (a writer killed, or dead)."""
+        limit: ``shutdown.close_all``), still making progress (``wire.Progress``). Every
+        writer is reaped. Backend name -> calls of the ``sent`` that never reached its backend
+        (a writer killed, or dead)."""
         lost: dict[str, int] = {}
         starting: list[str] = []  # writers left to finish their start and write by themselves
         for writer in self.writers:
@@ -603,9 +587,7 @@ class WriterHost:
                 "ran out; it writes everything logged once started, then exits by itself "
                 "(at most %.0f s after this process ends)", ", ".join(map(repr, starting)), timeout,
                 START_SECONDS + DRAIN_SECONDS)
-            self.remove_spool(keep=starting)  # their links: they read them, then the folder
-        else:
-            self.remove_spool()  # every writer has ended: what is left there is nobody's
+        self.starting = starting
         if self._reader is not None:  # it passes on a starting writer's output until its end
             self._reader.join(timeout=10 if not starting or deadline is None
                               else max(0.0, deadline - time.monotonic()))
@@ -620,32 +602,12 @@ class WriterHost:
         for writer in self.writers:
             writer.stop_now()
         self.writers = []
-        self.remove_spool()
-
-    def remove_spool(self, keep: Sequence[str] = ()) -> None:
-        """Remove the spool folder with what a writer that died or was killed left in it; with
-        ``keep`` (writers left to finish by themselves), only the links no such writer reads:
-        each of them removes its own links, and the last one the folder (``writer.py``)."""
-        if self.spool is None:
-            return
-        if not keep:
-            shutil.rmtree(self.spool, ignore_errors=True)
-        else:
-            kept = {f".{writer.index}" for writer in self.writers if writer.name in keep}
-            with contextlib.suppress(OSError):
-                for entry in os.scandir(self.spool):
-                    if os.path.splitext(entry.name)[1] not in kept:
-                        with contextlib.suppress(OSError):
-                            os.unlink(entry.path)
-        self.spool = None
 
     def forget(self) -> None:
-        """In a forked child: close the inherited pipes of every writer (``forget``); the
-        spool folder is the parent's (its writers read it, its close removes it)."""
+        """In a forked child: close the inherited pipes of every writer (``forget``)."""
         for writer in self.writers:
             writer.forget()
         self.writers = []
-        self.spool = None
 
 
 def _wait_while_progressing(writer: WriterChannel) -> bool:
@@ -691,93 +653,12 @@ def nothing(**kwargs: Any) -> None:
     """Stands for a hook that runs in the writer process (``MediaRoutes`` needs a callable)."""
 
 
-def _resize(fd: int, size: int) -> int:
-    """Make the pipe hold ``size`` bytes (rounded to pages), within what the system allows;
-    the size it has then, in bytes."""
-    try:
-        import fcntl
-    except ImportError:  # not POSIX: the default size
-        return 1 << 16
-    size = max(mmap.PAGESIZE, min(size, _pipe_max_size()))
-    with contextlib.suppress(OSError):
-        fcntl.fcntl(fd, getattr(fcntl, "F_SETPIPE_SZ", _F_SETPIPE_SZ), size)
-    try:
-        return int(fcntl.fcntl(fd, getattr(fcntl, "F_GETPIPE_SZ", _F_SETPIPE_SZ + 1)))
-    except OSError:
-        return 1 << 16
-
-
-@functools.lru_cache(maxsize=1)
-def _pipe_max_size() -> int:
-    try:
-        with open("/proc/sys/fs/pipe-max-size") as limit:
-            return int(limit.read())
-    except (OSError, ValueError):
-        return 1 << 20
-
-
-def write_all(fd: int, parts: list[Any], *, writer: WriterChannel | None = None) -> None:
-    """Write the frame ``parts`` whole into ``fd``, waiting for room while it is full (a
-    blocking pipe, the start frame; or a non-blocking one of ``writer``, while it lives).
-
-    Raises:
-        BrokenPipeError: the writer is gone.
-    """
-    views = [memoryview(part).cast("B") for part in parts]
-    while views:
-        try:
-            written = os.writev(fd, views)
-        except BlockingIOError:
-            if writer is not None and writer.process.poll() is not None:
-                raise BrokenPipeError(f"the writer of backend {writer.name!r} ended") from None
-            select.select([], [fd], [], 0.1)
-            continue
-        while views and written >= views[0].nbytes:
-            written -= views[0].nbytes
-            views.pop(0)
-        if views and written:
-            views[0] = views[0][written:]
-
-
-def write_file(path: str, parts: list[Any]) -> None:
-    """Create the file ``path`` (it must not exist) holding the frame ``parts``, closed.
-
-    Raises:
-        OSError: it cannot be created or written (a full disk); it is then left to the caller.
-    """
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0),
-                 0o600)
-    try:
-        views = [memoryview(part).cast("B") for part in parts]
-        while views:
-            written = os.writev(fd, views)
-            while views and written >= views[0].nbytes:
-                written -= views[0].nbytes
-                views.pop(0)
-            if views and written:
-                views[0] = views[0][written:]
-    finally:
-        os.close(fd)
-
-
-def _spool_root() -> str | None:
-    """Where spool folders go: ``/dev/shm`` (memory, on Linux) when it is a writable folder,
-    else the temporary folder (``tempfile.gettempdir()``)."""
+def journal_root() -> str | None:
+    """Where a monitor's own journal goes (``Monitor(journal=False)``, or the run's failed):
+    ``/dev/shm`` (memory, on Linux) when it is a writable folder, else the temporary folder
+    (``tempfile.gettempdir()``)."""
     shm = "/dev/shm"
     return shm if os.path.isdir(shm) and os.access(shm, os.W_OK | os.X_OK) else None
-
-
-def writable(fds: list[int]) -> Any:
-    """A function of a timeout in seconds (0: none) listing which of the pipes ``fds`` have
-    room for a frame of ``PIPE_BUF`` bytes: ``poll(2)`` once registered (a pipe is writable
-    while it has a free page, which takes such a frame whole; a pipe whose writer is gone is
-    listed too: writing to it fails, and the pass handles that)."""
-    if not hasattr(select, "poll"):
-        return lambda timeout: select.select([], fds, [], timeout)[1] if fds else []
-    poller = select.poll()
-    for fd in fds:
-        poller.register(fd, select.POLLOUT)
-    return poller.poll
 
 
 @functools.lru_cache(maxsize=1)

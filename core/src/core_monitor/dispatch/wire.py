@@ -3,10 +3,9 @@
 A frame is ``<pickle length: u32><buffer count: u32>[<buffer length: u64> ...]``, the pickle
 (protocol 5) of ``(hook, kwargs)``, then the out-of-band buffers (numpy arrays of media values,
 sent without a copy into a ``bytes`` object). A 10-scalar ``log()`` call is one frame of about
-300 bytes, below the pipe's atomic-write size (``PIPE_BUF``), so it reaches a pipe whole or not
-at all. A larger frame is written whole into a spool file first and only a small ``SPOOL``
-frame naming it crosses the pipes (``spool_path``, ``read_spool``). Replies from a writer use
-the same frames.
+300 bytes; each call's frame is the payload of one record of the run's journal
+(``core_monitor.journal``), which writers read. Control requests and replies from a writer
+use the same frames on pipes.
 
 Exceptions cross as ``exception_parts`` (the pickled exception when it pickles, the traceback
 text, the class's qualified name, the message) and are rebuilt by ``rebuild_exception`` with
@@ -17,10 +16,8 @@ the original class when that class's module is already imported in the training 
 from __future__ import annotations
 
 import builtins
-import contextlib
 import copyreg
 import io
-import os
 import pickle
 import struct
 import sys
@@ -58,20 +55,17 @@ START_SECONDS = 120.0
 #: The memory a writer shares with the training process: byte 0 is 1 while a hook runs; byte 1
 #: is 1 once its closing hooks run (``FINISHING_AT``);
 #: bytes 8-15 count the calls handled (what ``close`` counts as undelivered when it gives up on
-#: a hung writer); bytes 16-23 count the bytes read from the data pipe (the room left in it);
-#: bytes 24-31 are the ``time.monotonic()`` at which the running hook started (system-wide on
-#: Linux: a hook stuck for longer than the drop grace makes a full pipe drop at once);
-#: bytes 32-39 count the bytes of spool files read (``SPOOL``: what the training process counts
-#: against the writer's bound).
-SHARED_BYTES = 40
+#: a hung writer); bytes 16-23 count the bytes of the journal read (what the training process
+#: counts against the writer's bound); bytes 24-31 are the ``time.monotonic()`` at which the
+#: running hook started (system-wide on Linux: a hook stuck for longer than the drop grace
+#: makes a writer past its bound drop at once).
+SHARED_BYTES = 32
 #: Byte 1 of the shared memory: 1 once the writer runs its closing hooks (the final flush,
 #: ``monitor_crash``, ``monitor_close``).
 FINISHING_AT = 1
 HANDLED = struct.Struct("<Q")
 READ_BYTES_AT = struct.Struct("<Q")
 BUSY_SINCE = struct.Struct("<d")
-SPOOL_READ = struct.Struct("<Q")
-SPOOL_READ_AT = 32
 
 #: Seconds a writer's count of calls handled may stand still, outside its closing hooks, before
 #: an exit limit (``DRAIN_SECONDS``, the core's ``shutdown.EXIT_TIMEOUT``) that has passed ends
@@ -116,14 +110,6 @@ class Progress:
         return now - self.moved >= PROGRESS_SECONDS
 
 
-#: The hook name of a frame that names a spool file holding the real frame (``{"name": str,
-#: "bytes": int}``): a call too large for one atomic pipe write (``PIPE_BUF``) is written once
-#: into a file of the monitor's spool folder, hard-linked once per writer that gets it
-#: (``spool_path``), and only this small frame crosses the pipes, in the one pass that reaches
-#: every pipe or none. Each writer reads and removes its own link; the file is gone with the
-#: last one (the kernel counts the links: no counter of ours to keep right under a crash).
-SPOOL = "spool"
-
 #: The hook name of a frame holding a ``monitor_write`` batch as its rows (``Batch.rows``).
 WRITE_ROWS = "monitor_write:rows"
 
@@ -152,26 +138,6 @@ def encode_parts(message: Any) -> list[Any]:
     raws = [buffer.raw() for buffer in buffers]
     head = _pack(len(data), len(raws)) + b"".join(LENGTH.pack(r.nbytes) for r in raws)
     return [head, data, *raws]
-
-
-def spool_path(folder: str, name: str, index: int) -> str:
-    """The link of spool file ``name`` that writer ``index`` (its place in start order) reads."""
-    return os.path.join(folder, f"{name}.{index}")
-
-
-def read_spool(path: str) -> Any:
-    """The message of a ``SPOOL`` frame, read from the link ``path``, which is removed.
-
-    Raises:
-        OSError: the link cannot be read (its folder was removed: the monitor is closed).
-    """
-    with open(path, "rb") as spooled:
-        data = spooled.read()
-    with contextlib.suppress(OSError):
-        os.unlink(path)
-    frames = Frames()
-    frames.feed(data)
-    return next(iter(frames))
 
 
 class Frames:

@@ -1,28 +1,28 @@
-"""A backend's writer process: ``python -m core_monitor.dispatch.writer DATA CONTROL REPLY
-SHARED``.
+"""A backend's writer process: ``python -m core_monitor.dispatch.writer CONTROL REPLY SHARED
+PARENT``.
 
 Started by ``core_monitor.dispatch.processes`` (a fresh interpreter, never ``multiprocessing``,
-which would import the user's ``__main__`` again), one per backend. It reads frames
-(``core_monitor.dispatch.wire``) from the pipe ``DATA``: first the start frame (the backend's
-class by module path, the ``RunInfo``, the options), then one frame per hook call, in the
-order logged; a call too large for one atomic pipe write arrives as a small frame naming a
-spool file (``wire.SPOOL``), which the writer reads and removes (its own hard link of it) when
-it comes to that call; a writer whose training process died also removes the spool folder
-once it is empty (the last writer to finish does). Flush and stop requests arrive on the pipe
-``CONTROL``, so they never wait behind data in a full ``DATA`` pipe. It answers on the pipe
-``REPLY``: ready or the start failure, each hook failure, each warning, each flush done.
-``SHARED`` is a small shared memory (``wire.SHARED_BYTES``): whether a hook runs and since
-when, the calls handled, the bytes read from ``DATA`` and from spool files.
+which would import the user's ``__main__`` again), one per backend. The first frame
+(``core_monitor.dispatch.wire``) on the pipe ``CONTROL`` is the start frame: the backend's
+class by module path, the ``RunInfo``, the options, and the journal to read
+(``core_monitor.journal``: its folder, the seq of the first call for this writer, the seq to
+read from when it was started again at its backend's cursor, whether the journal is the
+monitor's own, and the bytes it may hold). The calls are the journal's records, in the order
+logged, whatever their size. Flush and stop requests follow on ``CONTROL``, each naming the
+journal's next record, and so do ``skip``/``unskip`` (calls dropped for this backend) and
+``journal`` (the monitor's journal failed: read on in another from a seq on). It answers on
+the pipe ``REPLY``: ready or the start failure, each hook failure, each warning, each flush
+done. ``SHARED`` is a small shared memory (``wire.SHARED_BYTES``): whether a hook runs and
+since when, the calls handled, the bytes of the journal read.
 
 Two threads:
 
-* the reader reads ``DATA`` in batches (OpenTelemetry's batch processor): once bytes arrive
-  (blocking in ``select``, no polling) it lets more gather for ``SCHEDULE_DELAY`` seconds, and
-  reads at once when the pipe holds ``HIGH_WATER`` of its size or a flush or stop request or
-  SIGTERM comes, into an in-memory inbox of at most one pipe's worth and a page, so the writer
-  wakes once per batch, not once per call, and a backend's drain rate is bounded by the
-  backend; it reads ``CONTROL`` and places a flush or stop request in the inbox after every
-  byte ``DATA`` held when the request was read (what was logged before the request); and it
+* the reader follows the journal in batches (OpenTelemetry's batch processor): every
+  ``SCHEDULE_DELAY`` seconds while calls come (``IDLE_DELAY`` once none came for
+  ``IDLE_AFTER``), and at once when a request or SIGTERM comes on ``CONTROL``, it reads the
+  whole records appended since into an in-memory inbox (as many bytes as the training
+  process lets the writer be behind), so the writer wakes once per batch, not once per call;
+  it places a flush or stop request in the inbox after every call logged before it; and it
   watches the training process (its parent) and SIGTERM;
 * the main thread constructs the backend, then takes the inbox in order and calls the hooks.
 
@@ -31,11 +31,11 @@ How it ends:
 * a stop request: everything logged before it is written, then flush and close (with
   ``monitor_crash`` first when the request carries a reason: the training process is closing
   on SIGTERM);
-* the training process's death (end of ``DATA``, or the parent process id changing): what is
-  left is written, then flush, ``monitor_crash`` (the reason), close;
+* the training process's death (end of ``CONTROL``, or the parent process id changing): every
+  whole record of the journal is written, then flush, ``monitor_crash`` (the reason), close;
 * SIGTERM (a scheduler's preemption signals every process of the job): the writer keeps
   serving the training process, which is closing its monitor on the same signal; if no stop
-  request came within ``TERM_SECONDS``, it writes what the pipe holds and ends as after a
+  request came within ``TERM_SECONDS``, it writes what the journal holds and ends as after a
   death, the reason naming SIGTERM. SIGTERM is blocked on the main thread, hence in every
   thread and process the SDK starts (wandb's service is a Go program, which unblocks it: it
   dies of a job-wide SIGTERM with what it had not written, and the wandb backend continues its
@@ -60,7 +60,6 @@ import mmap
 import os
 import select
 import signal
-import struct
 import sys
 import threading
 import time
@@ -68,8 +67,8 @@ import warnings
 from collections import deque
 from typing import Any
 
-from ..events import Batch
-from ..journal import CLOSE, START, calls, hold, write_cursor
+from .. import journal as jr
+from ..journal import hold, write_cursor
 from ..media import MediaRoutes
 from ..resume import backend_state
 from . import wire
@@ -81,33 +80,27 @@ from .wire import (
     HANDLED,
     READ_BYTES_AT,
     SHARED_BYTES,
-    SPOOL_READ,
-    SPOOL_READ_AT,
     START_SECONDS,
 )
 
-#: Bytes read at most at once.
-READ_BYTES = 1 << 20
-#: Seconds the reader lets calls gather in the data pipe before it reads them, when the
-#: training process logs faster than that (OpenTelemetry's ``BatchSpanProcessor``: a schedule
-#: delay): the writer then wakes once per batch, not once per call, so its CPU does not compete
-#: with the trainer call by call. It reads at once when the pipe holds ``HIGH_WATER`` of its
-#: size (the size trigger), or when a flush or stop request or SIGTERM comes (the end of the
-#: pipe is seen at most this late).
+#: Bytes of records the inbox holds at most (the journal holds the rest, on disk).
+INBOX_BYTES = 1 << 20
+#: Seconds the reader lets calls gather in the journal before it reads them again once it found
+#: some (OpenTelemetry's ``BatchSpanProcessor``: a schedule delay): the writer wakes once per
+#: batch, not once per call, so its CPU does not compete with the trainer call by call. A flush
+#: or stop request, a wake request (the training process waits for room) or SIGTERM is read
+#: at once, and the journal read right after.
 SCHEDULE_DELAY = 0.02
-#: The part of the data pipe's size that, once waiting in it, is read at once (looked at every
-#: ``SCHEDULE_SLICE`` seconds of the delay).
-HIGH_WATER = 0.5
-#: Seconds between two looks at the bytes waiting in the pipe during ``SCHEDULE_DELAY``.
-SCHEDULE_SLICE = 0.005
-#: The smallest data pipe (bytes) whose reads are delayed: a smaller one (a small
-#: ``queue_size``) holds a few calls only, and a writer reading it late would make the training
-#: process wait for room, or drop calls with ``on_full="drop"``; it is read at once.
-BATCH_MIN_PIPE = 64 * 1024
+#: Seconds between two reads of the journal once nothing came in ``IDLE_AFTER`` seconds (an
+#: idle trainer costs a writer a few wake-ups a second); the first call after an idle spell
+#: reaches the backend this late at most.
+IDLE_DELAY = 0.1
+IDLE_AFTER = 1.0
 #: Seconds after SIGTERM that the writer waits for the training process's stop request before
 #: it ends by itself (the training process closes its monitor on the same signal).
 TERM_SECONDS = 5.0
-#: Seconds between the reader thread's looks at the parent process and the clock.
+#: Seconds between the reader thread's looks at the parent process and the clock while the
+#: inbox is full.
 WATCH_SECONDS = 0.25
 #: How much lower than the training process a writer runs (``os.nice``).
 NICE = 10
@@ -116,8 +109,9 @@ _WAKE = b"\0"
 
 
 class Inbox:
-    """What the reader thread hands the main thread, in order: ``("data", bytes)``,
-    ``("control", message)`` and ``("end", reason)`` items, at most ``limit`` data bytes."""
+    """What the reader thread hands the main thread, in order: ``("call", (seq, frame))``,
+    ``("control", message)``, ``("start", message)`` and ``("end", reason)`` items, at most
+    ``limit`` bytes of calls."""
 
     def __init__(self, limit: int) -> None:
         self.items: deque[tuple[str, Any]] = deque()
@@ -128,12 +122,16 @@ class Inbox:
     def put(self, kind: str, value: Any) -> None:
         with self.changed:
             self.items.append((kind, value))
-            if kind == "data":
-                self.bytes += len(value)
             self.changed.notify_all()
 
-    def full(self) -> bool:
-        return self.bytes >= self.limit
+    def put_calls(self, calls: list[tuple[int, bytes]]) -> None:
+        with self.changed:
+            self.items.extend(("call", call) for call in calls)
+            self.bytes += sum(len(frame) for _, frame in calls)
+            self.changed.notify_all()
+
+    def room(self) -> int:
+        return max(0, self.limit - self.bytes)
 
     def take(self, timeout: float) -> list[tuple[str, Any]]:
         """Everything held, waiting up to ``timeout`` seconds for something."""
@@ -147,49 +145,45 @@ class Inbox:
 
 
 class Writer:
-    """The writer's state: the pipes, the backend, the inbox."""
+    """The writer's state: the pipes, the journal it reads, the backend, the inbox."""
 
-    def __init__(self, data_fd: int, control_fd: int, reply_fd: int, shared_fd: int,
+    def __init__(self, control_fd: int, reply_fd: int, shared_fd: int,
                  parent: int | None = None) -> None:
-        self.data_fd = data_fd
         self.control_fd = control_fd
         self.reply_fd = reply_fd
         self.shared = mmap.mmap(shared_fd, SHARED_BYTES) if shared_fd >= 0 else None
-        self.frames = wire.Frames()
         self.backend: Backend | None = None
         self.flush_confirms = True  # backends.flush_confirms of the backend's class
         self.handled = 0  # hook calls handled (the undelivered count of a killed writer)
-        self.read_bytes = 0
         # The training process, as it named itself: it may have died (and this writer been
         # re-parented) before this line runs, writers starting behind Monitor().
         self.parent = os.getppid() if parent is None else parent
         self.replies_broken = False
         self.reply_lock = threading.Lock()
-        # A pipe's worth, and a page: the training process writes a call once the pipe has a
-        # free page (what poll tells it: a call is written into every pipe or none), so the
-        # last page of a full pipe may stay part empty; the inbox takes that part instead.
-        self.inbox = Inbox(_pipe_size(data_fd) + mmap.PAGESIZE)
-        #: Bytes waiting in the data pipe that are read at once (``HIGH_WATER``).
-        self.high_water = int(_pipe_size(data_fd) * HIGH_WATER)
-        #: Whether reads are delayed to gather calls (``BATCH_MIN_PIPE``).
-        self.batching = _pipe_size(data_fd) >= BATCH_MIN_PIPE
+        self.inbox = Inbox(INBOX_BYTES)
         self.wake_read, self.wake_write = os.pipe()
         os.set_blocking(self.wake_write, False)
         #: Why the writer ends without a stop request (set by the reader thread), if it does.
         self.ending: str | None = None
         self.deadline: float | None = None  # when the reader thread ends the process
-        self.backlog: list[tuple[str, Any]] = []  # inbox items that came with the start frame
         self.started = False  # the start ended (ready or failed): the drain limit applies
-        self.spool = ""  # the training process's spool folder (the start frame names it)
-        self.index = 0  # this writer's place in start order: the suffix of its spool links
-        self.spool_read = 0  # bytes of spool files read (wire.SPOOL_READ_AT)
-        self.orphaned = False  # the training process died: nobody else removes the spool
-        # The run's journal (``core_monitor.journal``): this writer moves its backend's
-        # cursor to ``base`` + the calls handled, after a flush or close that raised nothing,
-        # never past ``cap`` (the first call it did not get, or the first that raised).
+        self.backlog: list[tuple[str, Any]] = []  # inbox items that came with the start frame
+        self.orphaned = False  # the training process died
+        # The run's journal (``core_monitor.journal``), which the reader thread follows
+        # (``tail``) from ``since`` (the backend's cursor, for a writer started again) or
+        # ``base`` (the first call this writer is for: records before it were the backend's
+        # predecessor's, and are handled without being counted). The cursor moves to
+        # ``next_seq`` after a flush or close that raised nothing, never past ``cap`` (the
+        # first call it did not get, or the first that raised).
         self.journal: str | None = None
+        self.ephemeral = False  # a journal of the monitor's own (``Monitor(journal=False)``)
+        self.tail: jr.Tail | None = None
         self.base = 0
+        self.next_seq = 0
         self.cap: int | None = None
+        self.skips: list[list[int | None]] = []  # [from, to) ranges of calls not for it
+        self.moves: list[dict[str, Any]] = []  # journals to go on in, from a seq on
+        self.moved_bytes = 0  # bytes read in journals left behind
 
     # Replies -----------------------------------------------------------------------------
 
@@ -216,51 +210,51 @@ class Writer:
         """The reader thread (module docstring); never returns before the process ends."""
         if hasattr(signal, "pthread_sigmask"):  # started with it blocked (processes.py)
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
-        os.set_blocking(self.data_fd, False)
         os.set_blocking(self.control_fd, False)
         controls = wire.Frames()
-        data_open = control_open = True
-        waiting: list[Any] = []  # control requests read, placed once DATA is drained
-        pending_end: str | None = None  # why the writer ends, placed once DATA is drained
+        control_open = True
+        waiting: list[Any] = []  # flush and stop requests, placed once the journal reached them
+        pending_end: str | None = None  # why the writer ends, placed once the journal is read
         term_at: float | None = None
         stopped = False  # a stop request came: the training process waits for this writer
         progress: wire.Progress | None = None  # looked at once the drain limit passed
+        found_at = time.monotonic()  # when the journal last had calls
         while True:
-            watch = [self.wake_read]
-            if control_open:
-                watch.append(self.control_fd)
-            if data_open and not self.inbox.full():
-                watch.append(self.data_fd)
-            ready = select.select(watch, [], [], WATCH_SECONDS)[0]
-            if (ready == [self.data_fd] and self.batching and not waiting
-                    and pending_end is None and self.started):
-                ready += self.gather(watch[:-1])
+            watch = [self.wake_read] + ([self.control_fd] if control_open else [])
+            now = time.monotonic()
+            if waiting or pending_end is not None:
+                delay = 0.0 if self.inbox.room() else WATCH_SECONDS
+            elif not self.inbox.room():
+                delay = WATCH_SECONDS
+            else:
+                delay = SCHEDULE_DELAY if now - found_at < IDLE_AFTER else IDLE_DELAY
+            ready = select.select(watch, [], [], delay)[0]
             now = time.monotonic()
             if self.wake_read in ready:
                 woken = os.read(self.wake_read, 64)
                 if signal.SIGTERM in woken and term_at is None:
                     term_at = now
                     self.deadline = now + TERM_SECONDS + DRAIN_SECONDS
-            if self.control_fd in ready:
-                chunk = os.read(self.control_fd, 1 << 16)
-                if chunk:
-                    controls.feed(chunk)
-                    for request in controls:
-                        stopped = stopped or request[0] == "stop"
-                        waiting.append(request)
-                else:
-                    control_open = False
-            if data_open and (self.data_fd in ready or waiting or pending_end):
-                data_open = self.drain_data()
-            drained = not data_open or (not self.inbox.full() and not self.more_data())
-            if waiting and drained:
-                for request in waiting:  # after everything logged before it
+            # The journal first, then the control pipe: a skip is written before the first
+            # call it covers is appended, so every skip of a call read is known here. The end
+            # is placed after a read that began once it was known and found nothing more.
+            end_known = pending_end is not None
+            calls = self.read_journal()
+            if control_open:
+                control_open = self.read_control(controls, waiting)
+                stopped = stopped or any(request[0] == "stop" for request in waiting)
+            if calls:
+                found_at = now
+                self.hand_over(calls)
+            if waiting and self.tail is not None:
+                placed = [r for r in waiting if r[1].get("seq", 0) <= self.tail.seq]
+                for request in placed:  # after everything logged before it
                     self.inbox.put("control", request)
-                waiting = []
+                waiting = [r for r in waiting if r not in placed]
             if stopped and self.deadline is None and os.getppid() != self.parent:
                 self.deadline = now + DRAIN_SECONDS  # it died while closing the monitor
             if self.ending is None and not stopped:
-                if not data_open and not control_open:
+                if not control_open:
                     self.ending = self.death("its end of the pipe closed")
                 elif os.getppid() != self.parent:
                     self.ending = self.death("it is no longer this writer's parent")
@@ -273,31 +267,89 @@ class Writer:
                     pending_end = self.ending
                     self.deadline = min(self.deadline or now + DRAIN_SECONDS,
                                         now + DRAIN_SECONDS)
-            if pending_end is not None and drained:
-                self.inbox.put("end", pending_end)
+            if end_known and pending_end is not None and not calls and self.inbox.room():
+                self.inbox.put("end", pending_end)  # every whole record was read
                 pending_end = None
             if self.deadline is not None and now >= self.deadline and (
                     self.started or now >= self.deadline + START_SECONDS):
                 if progress is None:
                     progress = wire.Progress(self.shared if self.started else None)
                 if progress.stalled():  # not while it still handles calls or closes
-                    self.leave_spool()
                     os._exit(3)  # stuck in a hook (or in the start) past the drain limit
 
-    def gather(self, watch: list[int]) -> list[int]:
-        """A call came while nothing else did: let more gather in the data pipe for
-        ``SCHEDULE_DELAY`` seconds, unless it holds ``high_water`` bytes (looked at every
-        ``SCHEDULE_SLICE``) or one of ``watch`` (a request, SIGTERM) is readable first; those
-        of ``watch`` that are."""
-        end = time.monotonic() + SCHEDULE_DELAY
-        while _waiting_bytes(self.data_fd) < self.high_water:
-            left = end - time.monotonic()
-            if left <= 0:
-                return []
-            ready = select.select(watch, [], [], min(left, SCHEDULE_SLICE))[0]
-            if ready:
-                return ready
-        return []
+    def read_control(self, controls: wire.Frames, waiting: list[Any]) -> bool:
+        """Read the control pipe: the start frame (opens the journal), flush and stop requests
+        (into ``waiting``), skips and journal moves (at once: they concern calls not read
+        yet); ``False`` at its end."""
+        while True:
+            try:
+                chunk = os.read(self.control_fd, 1 << 16)
+            except BlockingIOError:
+                return True
+            if not chunk:
+                return False
+            controls.feed(chunk)
+            for request in controls:
+                kind = request[0]
+                if kind == "start":
+                    self.open_journal(request)
+                    self.inbox.put("start", request)
+                elif kind == "skip":  # calls from ``from`` on are not for this writer
+                    self.skips.append([request[1]["from"], None])
+                    self.inbox.put("control", ("gap", {"seq": request[1]["from"]}))
+                elif kind == "unskip":  # ... up to ``to``
+                    if self.skips and self.skips[-1][1] is None:
+                        self.skips[-1][1] = request[1]["to"]
+                elif kind == "journal":  # the monitor's journal failed: it goes on in another
+                    self.moves.append(request[1])
+                elif kind in ("flush", "stop"):
+                    waiting.append(request)
+                # "wake": nothing to do, the journal is read right after
+
+    def open_journal(self, start: Any) -> None:
+        """Follow the journal the start frame names, from the cursor or the first call."""
+        folder, self.base, since, self.ephemeral, limit = start[-1]
+        # What this writer holds beyond what the training process counts it behind (its
+        # limit again, as a pipe and its reader's buffer were before the journal).
+        self.inbox.limit = min(INBOX_BYTES, limit + mmap.PAGESIZE)
+        self.journal = folder
+        self.next_seq = self.base
+        self.tail = jr.Tail(folder, self.base if since is None else since)
+
+    def read_journal(self) -> list[tuple[int, bytes]]:
+        """The whole records appended since the last read, as much as the inbox takes; the
+        bytes read past are counted in the shared memory (the training process's bound)."""
+        tail = self.tail
+        if tail is None:
+            return []
+        room = self.inbox.room()
+        if not room:
+            return []
+        calls = tail.take(room)
+        if self.moves and tail.seq >= self.moves[0]["seq"]:
+            move = self.moves.pop(0)
+            self.moved_bytes += tail.bytes
+            tail.close()
+            self.journal = move["folder"]
+            self.tail = jr.Tail(move["folder"], move["seq"])
+            tail = self.tail
+            calls += tail.take(room)
+        if self.shared is not None:
+            READ_BYTES_AT.pack_into(self.shared, 16, tail.bytes + self.moved_bytes)
+        return calls
+
+    def hand_over(self, calls: list[tuple[int, bytes]]) -> None:
+        """Put the calls meant for this writer into the inbox: not those a skip range covers."""
+        if self.skips:
+            calls = [(seq, frame) for seq, frame in calls if not self.skipped(seq)]
+        self.inbox.put_calls(calls)
+
+    def skipped(self, seq: int) -> bool:
+        """Whether call ``seq`` lies in a skip range (a call dropped for this writer)."""
+        for first, end in self.skips:
+            if first is not None and first <= seq and (end is None or seq < end):
+                return True
+        return False
 
     def death(self, seen: str) -> str:
         """What ``monitor_crash`` is told when the training process is gone."""
@@ -305,43 +357,18 @@ class Writer:
         return (f"the training process (pid {self.parent}) ended without closing the monitor "
                 f"({seen})")
 
-    def drain_data(self) -> bool:
-        """Read ``DATA`` until it is empty or the inbox full; ``False`` at its end."""
-        while not self.inbox.full():
-            try:
-                chunk = os.read(self.data_fd, READ_BYTES)
-            except BlockingIOError:
-                return True
-            if not chunk:
-                self.inbox.put("end", None)
-                return False
-            self.read_bytes += len(chunk)
-            if self.shared is not None:
-                READ_BYTES_AT.pack_into(self.shared, 16, self.read_bytes)
-            self.inbox.put("data", chunk)
-        return True
-
-    def more_data(self) -> bool:
-        """Whether ``DATA`` holds bytes not read yet (or its end)."""
-        return bool(select.select([self.data_fd], [], [], 0)[0])
-
     # Start -------------------------------------------------------------------------------
 
     def read_start(self) -> Any:
         """Block until the start frame arrived; ``None`` when the training process ended
-        first. What arrives after it waits in ``backlog``."""
+        first. What came with it waits in ``backlog``."""
         while True:
-            for message in self.frames:
-                return message
             items = self.inbox.take(1.0)
-            while items:
-                kind, value = items.pop(0)
-                if kind == "data":
-                    self.frames.feed(value)
-                    for message in self.frames:
-                        self.backlog = items
-                        return message
-                elif kind == "end" and value is not None:
+            for at, (kind, value) in enumerate(items):
+                if kind == "start":
+                    self.backlog = items[at + 1:]
+                    return value
+                if kind == "end":
                     return None
 
     def start(self) -> bool:
@@ -349,13 +376,9 @@ class Writer:
         message = self.read_start()
         if message is None:
             return False
-        _, module, qualname, name, run, options, self.spool, self.index, journal = message
-        since = None
-        if journal is not None:
-            self.journal, self.base, *replay = journal
-            since = replay[0] if replay else None
-            with contextlib.suppress(OSError):  # held until this process ends: no sync beside
-                hold(self.journal, name)
+        _, module, qualname, name, run, options, _journal = message
+        with contextlib.suppress(OSError):  # held until this process ends: no sync beside
+            hold(self.journal or "", name)
         try:
             cls: Any = importlib.import_module(module)
             for part in qualname.split("."):
@@ -368,32 +391,18 @@ class Writer:
         self.backend = backend
         self.flush_confirms = flush_confirms(cls)
         self.reply("ready", {"state": backend_state(backend.instance)})
-        if since is not None and since < self.base:
-            self.replay(since)
         return True
-
-    def replay(self, since: int) -> None:
-        """A writer started again after its predecessor died: hand the backend the journal's
-        calls from its cursor ``since`` up to the first call its pipe brings (``base``)."""
-        assert self.journal is not None
-        for seq, hook, kwargs in calls(self.journal, since):
-            if seq >= self.base:
-                break
-            if hook not in (START, CLOSE) and not self.call(hook, kwargs):
-                self.capped(seq)
 
     # The main loop ------------------------------------------------------------------------
 
     def run(self) -> str | None:
         """Handle the inbox until a stop request (returns ``None``, or the reason it carries)
         or the training process's death or SIGTERM (returns what was seen)."""
-        self.handle_frames()  # those that came with the start frame
         items, self.backlog = self.backlog, []
         while True:
             for kind, value in items:
-                if kind == "data":
-                    self.frames.feed(value)
-                    self.handle_frames()
+                if kind == "call":
+                    self.handle(*value)
                 elif kind == "control":
                     hook, kwargs = value
                     if hook == "stop":
@@ -404,37 +413,24 @@ class Writer:
                     if self.call("monitor_flush", {}) and self.flush_confirms:
                         self.confirm()
                     self.reply("flushed", kwargs["marker"], self.handled)
-                elif value is not None:  # "end", None is only the end of DATA
+                elif kind == "end":
                     return value
             if items:
                 with contextlib.suppress(OSError):
                     os.write(self.wake_write, _WAKE)  # room in the inbox again
             items = self.inbox.take(1.0)
 
-    def handle_frames(self) -> None:
-        """Handle every complete frame held."""
-        for hook, kwargs in self.frames:
-            if hook == wire.SPOOL:
-                hook, kwargs = self.unspool(kwargs)
+    def handle(self, seq: int, frame: bytes) -> None:
+        """Call the hook record ``seq`` holds; one before ``base`` (a predecessor's, read
+        again from the cursor) is not counted as handled."""
+        hook, kwargs = jr.decode(frame)
+        if hook in (jr.START, jr.CLOSE):  # the journal's own records: no call
+            return
+        if seq >= self.base:
             self.handled += 1
-            if hook == wire.WRITE_ROWS:
-                hook, kwargs = "monitor_write", {"events": Batch(kwargs)}
-            self.call(hook, kwargs)
-
-    def unspool(self, spooled: dict[str, Any]) -> tuple[str, Any]:
-        """The call a ``wire.SPOOL`` frame names, read from this writer's link (removed), its
-        bytes counted in the shared memory (the training process's bound); a link that
-        cannot be read is reported as a failure of ``monitor_write``, and skipped."""
-        try:
-            call = wire.read_spool(wire.spool_path(self.spool, spooled["name"], self.index))
-        except Exception as error:
-            self.reply("failed", "monitor_write", wire.exception_parts(error))
-            call = ("", {})  # no backend has a hook of that name
-            self.capped(self.base + self.handled)  # this call's seq: not delivered
-        self.spool_read += spooled["bytes"]
-        if self.shared is not None:
-            SPOOL_READ.pack_into(self.shared, SPOOL_READ_AT, self.spool_read)
-        return call
+        if not self.call(hook, kwargs) and hook not in ("monitor_flush", "monitor_close"):
+            self.capped(seq)
+        self.next_seq = max(self.next_seq, seq + 1)
 
     def capped(self, seq: int) -> None:
         """The cursor never passes ``seq`` (a call not delivered)."""
@@ -446,7 +442,7 @@ class Writer:
         is left as it was (``monitors sync`` delivers those calls again)."""
         if self.journal is None or self.backend is None:
             return
-        seq = self.base + self.handled
+        seq = self.next_seq
         with contextlib.suppress(OSError):
             write_cursor(self.journal, self.backend.name,
                          seq if self.cap is None else min(seq, self.cap))
@@ -466,8 +462,6 @@ class Writer:
             function(**kwargs)
             return True
         except Exception as error:
-            if hook not in ("monitor_flush", "monitor_close"):
-                self.capped(self.base + self.handled - 1)  # this call's seq
             self.reply("failed", hook, wire.exception_parts(error))
             return False
         finally:
@@ -486,37 +480,17 @@ class Writer:
             self.call("monitor_crash", {"reason": crash})
         if self.call("monitor_close", {}) and flushed:
             self.confirm()
-        self.leave_spool()
         self.reply("closed", self.handled)
+        self.leave_journal()
 
-    def leave_spool(self) -> None:
-        """When the training process is gone (nobody else removes it): remove the spool folder
-        if it is empty (each writer tries as it ends; the last one's attempt succeeds)."""
-        if self.spool and (self.orphaned or os.getppid() != self.parent):
-            with contextlib.suppress(OSError):
-                os.rmdir(self.spool)
-
-
-def _pipe_size(fd: int) -> int:
-    """The capacity of the pipe ``fd`` in bytes (64 KiB where it cannot be read)."""
-    try:
-        import fcntl
-
-        return max(1 << 12, fcntl.fcntl(fd, getattr(fcntl, "F_GETPIPE_SZ", 1032)))
-    except (ImportError, OSError):
-        return 1 << 16
-
-
-def _waiting_bytes(fd: int) -> int:
-    """Bytes waiting in the pipe ``fd`` (``FIONREAD``); 0 where that cannot be read (the
-    schedule delay then applies)."""
-    try:
-        import fcntl
-        import termios
-
-        return struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0]
-    except (ImportError, OSError, AttributeError):
-        return 0
+    def leave_journal(self) -> None:
+        """A journal of the monitor's own (``Monitor(journal=False)``) whose training process
+        is gone: removed by the last of its writers to end (no other one holds its cursor's
+        lock)."""
+        if not (self.ephemeral and self.journal and self.backend is not None
+                and (self.orphaned or os.getppid() != self.parent)):
+            return
+        jr.remove_unheld(self.journal, self.backend.name)
 
 
 def lower_priority() -> None:
@@ -551,9 +525,8 @@ def _ignore_signal(signum: int, frame: Any) -> None:
 def main(argv: list[str]) -> int:
     """Run one writer (module docstring); the exit status is 0 unless the start failed."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    data_fd, control_fd, reply_fd, shared_fd = (int(arg) for arg in argv[:4])
-    writer = Writer(data_fd, control_fd, reply_fd, shared_fd,
-                    int(argv[4]) if len(argv) > 4 else None)
+    control_fd, reply_fd, shared_fd = (int(arg) for arg in argv[:3])
+    writer = Writer(control_fd, reply_fd, shared_fd, int(argv[3]) if len(argv) > 3 else None)
     signal.signal(signal.SIGTERM, _ignore_signal)
     signal.set_wakeup_fd(writer.wake_write, warn_on_full_buffer=False)
     warnings.showwarning = writer.forward_warning
