@@ -1,15 +1,13 @@
-"""P-large: what one large call costs in process mode, spooled (now) against pipe by pipe.
+"""P-large: what one large call costs in process mode (one journal record, read by every
+writer) against thread mode (a reference to the call in each worker thread's queue).
 
-A call whose frame is larger than ``PIPE_BUF`` (4 KiB) is written whole into a spool file and
-announced by a small frame in the one pass that reaches every pipe or none
-(``FanOut.send``). Before, the frame itself was written into each pipe in turn from
-Python (``os.writev`` per pipe, waiting for room), which an interrupt could cut between two
-pipes. Both arms run on the same monitor, two writer processes whose backend stores nothing
-(``NullMedia``, imported by the writers from this folder), alternated: the "pipe by pipe" arm
-is the previous engine's loop, the frames going into the same pipes (the writers read either).
+In process mode a call of any size is encoded once and appended to the run's journal with one
+``write`` (``FanOut._pass``); every writer process reads it from there. Two monitors, each
+with two backends that store nothing (``NullMedia``, imported by the writers from this
+folder), one in writer processes and one in worker threads, alternated.
 
 Per call size (a 64 KiB and a 1 MiB RGBA image, one ``monitor_write_media`` call each): the
-training thread's time per call (``caller``), and per call until both writers handled it (the
+training thread's time per call (``caller``), and per call until both backends handled it (the
 calls, then ``flush()``: ``drained``).
 """
 
@@ -23,7 +21,6 @@ import numpy as np
 from harness import alternate, paired, timed
 
 from core_monitor import Capabilities, Image, Monitor, hookimpl
-from core_monitor.dispatch import processes, wire
 from core_monitor.media import MediaItem
 
 #: Image shapes (RGBA, uint8): exactly 64 KiB and 1 MiB of pixels.
@@ -54,50 +51,47 @@ def run(quick: bool, root: Path) -> dict[str, Any]:
     here = str(Path(__file__).resolve().parent)
     os.environ["PYTHONPATH"] = os.pathsep.join(
         p for p in (here, os.environ.get("PYTHONPATH", "")) if p)
-    out: dict[str, Any] = {"workload": f"{calls} image calls per arm, 2 writer processes of a "
-                           f"null backend, {reps} repetitions, arms alternated", "sizes": {}}
+    out: dict[str, Any] = {"workload": f"{calls} image calls per arm, a null backend in 2 writer "
+                           "processes (process mode) or 2 worker threads (thread mode), "
+                           f"{reps} repetitions, arms alternated", "sizes": {}}
     for label, shape in SIZES.items():
         out["sizes"][label] = _measure(shape, calls[label], reps, root / label.replace(" ", ""))
     return out
 
 
 def _measure(shape: tuple[int, ...], calls: int, reps: int, log_dir: Path) -> dict[str, Any]:
-    monitor = Monitor([NullMedia, NullMedia2], project="bench-large", name="large",
-                      log_dir=log_dir, dispatch="process", wait=True)
-    dispatch = monitor._dispatch
-    assert [c.kind for c in dispatch.channels] == ["process", "process"], (
+    monitors = {mode: Monitor([NullMedia, NullMedia2], project="bench-large", name=mode,
+                              log_dir=log_dir, dispatch=mode, wait=True)
+                for mode in ("process", "thread")}
+    assert [c.kind for c in monitors["process"]._dispatch.channels] == ["process", "process"], (
         "the null backends must run in writer processes")
     pixels = np.random.default_rng(0).integers(0, 256, shape, dtype=np.uint8)
     pixels.flags.writeable = False
     item = MediaItem("picture", 0, 0.0, Image(pixels))
     kwargs = {"items": (item,)}
 
-    def spooled() -> None:
-        for _ in range(calls):
-            dispatch.send("monitor_write_media", kwargs)
+    def arm(monitor: Monitor, both: dict[str, list[float]]) -> float:
+        dispatch = monitor._dispatch
 
-    def pipe_by_pipe() -> None:  # the previous engine's loop for a frame over PIPE_BUF
-        for _ in range(calls):
-            dispatch.sent += 1
-            parts = wire.encode_parts(("monitor_write_media", kwargs))
-            for writer in list(dispatch._live):
-                processes.write_all(writer.fd, parts, writer=writer)
+        def body() -> None:
+            for _ in range(calls):
+                dispatch.send("monitor_write_media", kwargs)
 
-    def arm(body: Any, both: dict[str, list[float]]) -> float:
         caller = timed(body)
         drained = caller + timed(monitor.flush)
         both["drained"].append(drained)
         return caller
 
-    drained: dict[str, dict[str, list[float]]] = {"now": {"drained": []},
-                                                  "before": {"drained": []}}
-    caller = alternate({"now": lambda: arm(spooled, drained["now"]),
-                        "before": lambda: arm(pipe_by_pipe, drained["before"])}, reps)
-    monitor.close()
-    assert not monitor.failures and not monitor.undelivered, (monitor.failures,
-                                                              monitor.undelivered)
+    drained: dict[str, dict[str, list[float]]] = {"process": {"drained": []},
+                                                  "thread": {"drained": []}}
+    caller = alternate({mode: (lambda mode=mode: arm(monitors[mode], drained[mode]))
+                        for mode in monitors}, reps)
+    for monitor in monitors.values():
+        monitor.close()
+        assert not monitor.failures and not monitor.undelivered, (monitor.failures,
+                                                                  monitor.undelivered)
     return {
         "bytes": int(np.prod(shape)),
-        "caller": paired(caller["now"], caller["before"], calls),
-        "drained": paired(drained["now"]["drained"], drained["before"]["drained"], calls),
+        "caller": paired(caller["process"], caller["thread"], calls),
+        "drained": paired(drained["process"]["drained"], drained["thread"]["drained"], calls),
     }

@@ -238,7 +238,7 @@ def start_close_rows(results: dict[str, Any], add: Any) -> None:
             for what in ("caller", "drained"):
                 c = row[what]
                 add("P-large", f"one {size} image call, process mode, 2 writers: {what} "
-                    "time, spooled (now) vs pipe by pipe (before)",
+                    "time, process mode (journal) vs thread mode",
                     f"{_num(c['a_us']['median'], 0)} µs", f"{_num(c['b_us']['median'], 0)} µs",
                     _range(c["ratio"], 2, "×"), "", "", None)
     r = results.get("P-host")
