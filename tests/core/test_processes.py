@@ -449,9 +449,11 @@ def test_every_backend_counts_its_drops_exactly_beside_a_slow_one(make, slow_fir
     monitor = make(order, dispatch="process", queue_size=8, on_full="drop",
                    faulty={"delay": 0.02})
     tags = {f"t{i}": float(i) for i in range(10)}
-    with pytest.warns(BackendWarning, match="'faulty' is slower than the logging"):
+    # A fast one may drop too, counted (below): the test is about exact counts, not speed.
+    with pytest.warns(BackendWarning) as caught:
         for step in range(300):
             monitor.log(tags, step=step)
+    assert any("'faulty' is slower than the logging" in str(w.message) for w in caught)
     with pytest.warns(BackendWarning, match="dropped"):
         monitor.close()
     assert monitor.dropped["faulty"] > 0
