@@ -87,3 +87,25 @@ def test_entry_points_are_read_in_one_module():
     readers = sorted(str(path.relative_to(ROOT)) for path in ROOT.rglob("*.py")
                      if "entry_points(" in path.read_text(encoding="utf-8"))
     assert readers == ["plugins.py"]
+
+
+#: Modules of the training process's side of dispatch, which a writer process never runs.
+TRAINER_ONLY = {"core_monitor.monitor", "core_monitor.dispatch.fanout",
+                "core_monitor.dispatch.processes", "core_monitor.dispatch.threads",
+                "core_monitor.dispatch.policy", "core_monitor.dispatch.channel",
+                "core_monitor.dispatch.sync", "core_monitor.dispatch.modes",
+                "core_monitor.syncing", "core_monitor.distributed", "core_monitor.system"}
+
+
+def test_a_writer_process_imports_only_what_it_runs():
+    """``python -m core_monitor.dispatch.writer`` in a fresh interpreter: none of the trainer's
+    engine (the fan-out, the channels, the policy, ``Monitor``) is imported."""
+    import subprocess
+    import sys
+
+    code = ("import sys, core_monitor.dispatch.writer; "
+            "print('\\n'.join(m for m in sys.modules if m.startswith('core_monitor')))")
+    loaded = set(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                check=True, timeout=120).stdout.split())
+    assert "core_monitor.dispatch.backends" in loaded  # the check sees the writer's imports
+    assert loaded & TRAINER_ONLY == set()

@@ -5,13 +5,13 @@ with the ``hookimpl`` marker and declare their class in the ``experiment_monitor
 group.
 
 The names below are imported on first use (PEP 562), so that the ``monitors`` command, which
-only reads metadata, starts without importing pluggy and the logging machinery.
+only reads metadata, starts without importing pluggy and the logging machinery, and a writer
+process without ``importlib.metadata`` (``__version__`` is read on first use too).
 """
 
 from __future__ import annotations
 
 from importlib import import_module
-from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -35,11 +35,6 @@ if TYPE_CHECKING:
     from .monitor import Monitor
     from .resume import NoRunToResume
     from .run import RunInfo
-
-try:
-    __version__ = version("core-monitor")
-except PackageNotFoundError:  # running from a source tree that is not installed
-    __version__ = "0+unknown"
 
 #: Public name -> the module defining it.
 _EXPORTS = {
@@ -92,7 +87,21 @@ __all__ = [
 ]
 
 
+def _version() -> str:
+    """The installed distribution's version (``importlib.metadata``, whose import alone takes
+    about 50 ms: read on first use, never by a writer process)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("core-monitor")
+    except PackageNotFoundError:  # running from a source tree that is not installed
+        return "0+unknown"
+
+
 def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        globals()[name] = value = _version()
+        return value
     if name not in _EXPORTS:
         raise AttributeError(f"module 'core_monitor' has no attribute {name!r}")
     value = getattr(import_module(_EXPORTS[name], __name__), name)
@@ -101,4 +110,4 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS])
+    return sorted({*globals(), *_EXPORTS, "__version__"})

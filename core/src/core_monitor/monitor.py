@@ -24,14 +24,9 @@ from typing import Any, TypeVar
 
 from . import discovery, shutdown, system
 from ._stack import caller_level
-from .compat import Plugin, check_installed
-from .dispatch import (
-    DEFAULT_QUEUE_SIZE,
-    BackendSpec,
-    check_dispatch,
-    default_dispatch,
-    new_dispatch,
-)
+from .dispatch.channel import BackendSpec
+from .dispatch.modes import check_dispatch, default_dispatch, new_dispatch
+from .dispatch.threads import DEFAULT_QUEUE_SIZE
 from .distributed import Reducer
 from .errors import BackendWarning, ConfigError
 from .events import MAX_STEP, Batch, Event, check_events, check_step, metric_rows, rows_by_step
@@ -40,6 +35,7 @@ from .journal import Journal, journal_folder
 from .media import MediaItem, media_taker
 from .resume import check_classes, check_resume, collect, raise_missing
 from .run import RunInfo, default_run_name, detect_rank
+from .sdk import Plugin, check_installed
 from .settings import check_backend_keys, check_keywords, check_options, load_monitor_config
 
 #: Seconds ``before_fork`` waits for the monitor's lock (another thread may hold it while it

@@ -15,8 +15,8 @@ from typing import Any
 import pluggy
 
 from .. import hookspecs
-from ..compat import ensure_sdk
 from ..run import RunInfo
+from ..sdk import ensure_sdk
 
 #: ``hookimpl`` options the core cannot honour, since it calls each backend's function itself.
 UNSUPPORTED_HOOK_OPTIONS = ("wrapper", "hookwrapper", "tryfirst", "trylast")
