@@ -26,6 +26,7 @@ if TYPE_CHECKING:
         RemoteTraceback,
         SdkVersionWarning,
         TagMismatchError,
+        TrackerLost,
         UnknownBackendError,
         WriterDied,
     )
@@ -48,6 +49,7 @@ _EXPORTS = {
     "RemoteTraceback": ".errors",
     "SdkVersionWarning": ".errors",
     "TagMismatchError": ".errors",
+    "TrackerLost": ".errors",
     "UnknownBackendError": ".errors",
     "WriterDied": ".errors",
     "Event": ".events",
@@ -79,6 +81,7 @@ __all__ = [
     "SdkVersionWarning",
     "TagMismatchError",
     "Text",
+    "TrackerLost",
     "UnknownBackendError",
     "WriterDied",
     "__version__",

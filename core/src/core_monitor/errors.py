@@ -161,3 +161,20 @@ class WriterDied(BackendError):
     """A backend's writer process ended without being asked to (a segfault in a native
     extension, the OOM killer, ``os._exit`` in a hook). What was logged after its last flush
     may not have been written; the other backends are not affected."""
+
+
+class TrackerLost(Exception):
+    """Raised by a backend's hook when its tracker lost what the backend had handed it and not
+    yet stored: the tracker's own process died under the run (wandb's service, ``wandb-core``,
+    exits at once on the SIGTERM a scheduler sends every process of a job).
+
+    In a writer process (``Monitor(dispatch="process")``, the default) the writer starts the
+    backend again at once, in the same process: a new instance continuing the run
+    (``resume="allow"``), handed every call from the backend's journal cursor (its last
+    confirmed flush) on that its storage lacks (``core_monitor.stored``), then the call that
+    raised; at most ``core_monitor.dispatch.writer.TRACKER_RESTARTS`` times per writer, each
+    reported with a ``BackendWarning``. This holds while the monitor closes too (a job-wide
+    SIGTERM). The instance that raised is dropped without ``monitor_close``: its tracker is
+    gone. In a worker thread or in-line it is a failure of the backend like any other: what its
+    tracker did not confirm stays in the run's journal for ``monitors sync``.
+    """

@@ -385,6 +385,10 @@ class WriterChannel(Channel):
                 with contextlib.suppress(OSError):
                     self.process.kill()
 
+    def has_ended(self) -> bool:
+        """Whether the reply thread saw the process end (its reply pipe closed)."""
+        return self.ended
+
     def exit_description(self) -> str:
         """How the process ended, e.g. ``"killed by SIGSEGV"`` or ``"exit status 1"``."""
         code = self.process.poll()

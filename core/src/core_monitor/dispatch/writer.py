@@ -38,8 +38,14 @@ How it ends:
   request came within ``TERM_SECONDS``, it writes what the journal holds and ends as after a
   death, the reason naming SIGTERM. SIGTERM is blocked on the main thread, hence in every
   thread and process the SDK starts (wandb's service is a Go program, which unblocks it: it
-  dies of a job-wide SIGTERM with what it had not written, and the wandb backend continues its
-  run in a new service).
+  dies of a job-wide SIGTERM with what it had not written, the wandb backend raises
+  ``TrackerLost``, and ``Writer.start_again`` continues the run from the journal).
+
+A hook that raises ``core_monitor.TrackerLost`` (the tracker's own process lost what it held)
+has its backend started again in this process (``Writer.start_again``); a writer started again
+by the training process after its predecessor died reads the backend's storage first
+(``Writer.continued``): in both, the calls past the cursor that the storage holds are not
+handed over again (``core_monitor.stored``).
 
 The reader thread ends the process (``os._exit(3)``) ``DRAIN_SECONDS`` after a death or SIGTERM
 was seen, even when the main thread is stuck inside a hook, but never while it makes progress
@@ -55,6 +61,7 @@ and after start-up lowers its CPU priority (and that of the processes its SDK st
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib
 import mmap
 import os
@@ -65,9 +72,11 @@ import threading
 import time
 import warnings
 from collections import deque
+from pathlib import Path
 from typing import Any
 
 from .. import journal as jr
+from ..errors import BackendWarning, TrackerLost
 from ..journal import hold, write_cursor
 from ..media import MediaRoutes
 from ..resume import backend_state
@@ -104,6 +113,8 @@ TERM_SECONDS = 5.0
 WATCH_SECONDS = 0.25
 #: How much lower than the training process a writer runs (``os.nice``).
 NICE = 10
+#: Times a writer starts its backend again after ``TrackerLost`` (``Writer.start_again``).
+TRACKER_RESTARTS = 3
 #: What the reader writes into its own wake-up pipe (a signal writes its number).
 _WAKE = b"\0"
 
@@ -153,6 +164,10 @@ class Writer:
         self.reply_fd = reply_fd
         self.shared = mmap.mmap(shared_fd, SHARED_BYTES) if shared_fd >= 0 else None
         self.backend: Backend | None = None
+        #: ``(name, class, RunInfo, options)`` the backend was started with.
+        self.spec: tuple[str, Any, Any, dict[str, Any]] | None = None
+        self.tracker_restarts = 0  # times the backend was started again (``TrackerLost``)
+        self.current: int | None = None  # the seq of the call being handled, if any
         self.flush_confirms = True  # backends.flush_confirms of the backend's class
         self.handled = 0  # hook calls handled (the undelivered count of a killed writer)
         # The training process, as it named itself: it may have died (and this writer been
@@ -181,6 +196,11 @@ class Writer:
         self.base = 0
         self.next_seq = 0
         self.cap: int | None = None
+        #: Started again at the backend's cursor (``since``): the calls past it its storage
+        #: already holds (not handed over again), and the points of the one stored in part.
+        self.since: int | None = None
+        self.stored: set[int] = set()
+        self.held: dict[int, Any] = {}
         self.skips: list[list[int | None]] = []  # [from, to) ranges of calls not for it
         self.moves: list[dict[str, Any]] = []  # journals to go on in, from a seq on
         self.moved_bytes = 0  # bytes read in journals left behind
@@ -314,6 +334,7 @@ class Writer:
         self.inbox.limit = min(INBOX_BYTES, limit + mmap.PAGESIZE)
         self.journal = folder
         self.next_seq = self.base
+        self.since = since
         self.tail = jr.Tail(folder, self.base if since is None else since)
 
     def read_journal(self) -> list[tuple[int, bytes]]:
@@ -383,15 +404,79 @@ class Writer:
             cls: Any = importlib.import_module(module)
             for part in qualname.split("."):
                 cls = getattr(cls, part)
+            if self.since is not None and self.journal is not None:
+                run = self.continued(run, name, options)
             backend = start_backend(new_manager(), name, cls, run, options)
             MediaRoutes().add(name, getattr(cls, "media_kinds", ()), backend.hooks)
         except BaseException as error:
             self.reply("start_failed", wire.exception_parts(error))
             return False
         self.backend = backend
+        self.spec = (name, cls, run, options)
         self.flush_confirms = flush_confirms(cls)
         self.reply("ready", {"state": backend_state(backend.instance)})
         return True
+
+    def start_again(self, hook: str, kwargs: dict[str, Any], error: TrackerLost) -> bool:
+        """The backend's tracker lost what it was handed (``TrackerLost``): start the backend
+        again in this process, continuing its run (``continued``: ``resume="allow"``, and
+        the calls past the cursor its storage holds are not handed over again), hand it the
+        calls from its cursor up to this one, then call ``hook`` again. At most
+        ``TRACKER_RESTARTS`` times; each is reported (``BackendWarning``). Whether ``hook``
+        returned without raising."""
+        assert self.spec is not None
+        name, cls, run, options = self.spec
+        if self.journal is None or self.tracker_restarts >= TRACKER_RESTARTS:
+            self.reply("failed", hook, wire.exception_parts(error))
+            return False
+        self.tracker_restarts += 1
+        self.reply("warning", *wire.warning_parts(
+            f"backend {name!r}: {error}; started again at its cursor, continuing the run "
+            f"(restart {self.tracker_restarts} of {TRACKER_RESTARTS})", BackendWarning))
+        cursor = jr.read_cursor(self.journal, name)
+        try:
+            again = self.continued(run, name, options, cursor)
+            backend = start_backend(new_manager(), name, cls, again, options)
+            MediaRoutes().add(name, getattr(cls, "media_kinds", ()), backend.hooks)
+        except Exception as failure:
+            self.reply("failed", hook, wire.exception_parts(failure))
+            return False
+        self.backend = backend
+        upto = self.next_seq if self.current is None else self.current
+        for seq, past, past_kwargs in jr.calls(self.journal, cursor):
+            if seq >= upto:
+                break
+            if past in (jr.START, jr.CLOSE) or self.skipped(seq) or seq in self.stored:
+                continue
+            if seq in self.held:
+                from ..stored import without
+
+                past_kwargs = {**past_kwargs,
+                               "events": without(past_kwargs["events"], self.held[seq])}
+            if not self.call(past, past_kwargs):
+                self.capped(seq)
+        if self.current in self.stored:  # it reached the storage before the tracker was lost
+            return True
+        if self.current in self.held:
+            from ..stored import without
+
+            kwargs = {**kwargs, "events": without(kwargs["events"], self.held[self.current])}
+        return self.call(hook, kwargs)
+
+    def continued(self, run: Any, name: str, options: dict[str, Any],
+                  cursor: int | None = None) -> Any:
+        """A writer started again at its backend's cursor: the run it continues
+        (``resume="allow"``, as ``monitors sync`` does), after reading the backend's storage
+        for the calls past the cursor that its dead predecessor stored already
+        (``core_monitor.stored``): those are not handed over again."""
+        from ..stored import already_stored
+
+        assert self.journal is not None
+        since = self.since if cursor is None else cursor
+        assert since is not None
+        run = dataclasses.replace(run, resume="allow", resumed=False, last_step=None)
+        self.stored, self.held = already_stored(Path(self.journal), name, run, options, since)
+        return run
 
     # The main loop ------------------------------------------------------------------------
 
@@ -426,11 +511,20 @@ class Writer:
         hook, kwargs = jr.decode(frame)
         if hook in (jr.START, jr.CLOSE):  # the journal's own records: no call
             return
+        self.current = seq
         if seq >= self.base:
             self.handled += 1
+        elif seq in self.stored:  # its predecessor stored it: not again
+            self.next_seq = max(self.next_seq, seq + 1)
+            return
+        elif seq in self.held:  # stored in part: only the points the storage lacks
+            from ..stored import without
+
+            kwargs = {**kwargs, "events": without(kwargs["events"], self.held[seq])}
         if not self.call(hook, kwargs) and hook not in ("monitor_flush", "monitor_close"):
             self.capped(seq)
         self.next_seq = max(self.next_seq, seq + 1)
+        self.current = None
 
     def capped(self, seq: int) -> None:
         """The cursor never passes ``seq`` (a call not delivered)."""
@@ -461,6 +555,8 @@ class Writer:
         try:
             function(**kwargs)
             return True
+        except TrackerLost as error:
+            return self.start_again(hook, kwargs, error)
         except Exception as error:
             self.reply("failed", hook, wire.exception_parts(error))
             return False
@@ -536,8 +632,9 @@ def main(argv: list[str]) -> int:
     # it is blocked in every thread and process the SDK starts from here on (a signal mask is
     # inherited across fork and exec). A scheduler signals every process of the job at once;
     # an SDK's helper that died of it would lose the calls still on their way to it (wandb's
-    # service unblocks it; the wandb backend recovers). They end when the writer closes the
-    # backend, or with the job's SIGKILL.
+    # service unblocks it: its backend raises TrackerLost and is started again, see
+    # ``Writer.start_again``). They end when the writer closes the backend, or with the job's
+    # SIGKILL.
     if hasattr(signal, "pthread_sigmask"):
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     started = writer.start()
