@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from interpreter import imported_after, load_error_after, run_python
 
-from core_monitor import ConfigError, Event, Monitor, RunInfo, Text
+from core_monitor import BackendWarning, ConfigError, Event, Monitor, RunInfo, Text
 from core_monitor.testing import MonitorContract
 from wandb_monitor import (
     ESCAPE,
@@ -322,62 +322,50 @@ def _wait_ended(pid: int) -> None:
 
 
 @needs_proc
-@pytest.mark.parametrize("limit", [None, 4096], ids=["journal-since-start", "journal-trimmed"])
-def test_a_service_killed_under_the_run_loses_nothing(tmp_path, monkeypatch, limit):
+def test_a_service_killed_under_the_run_loses_nothing(tmp_path):
     """SIGTERM to wandb-core (a scheduler signals every process of a job; wandb-core exits at
-    once, with what it held in memory): the run goes on in a new service, a second folder of
-    the same run id, and every row, media item and config key is stored exactly once.
-    ``journal-trimmed``: markers found in the file have dropped what was on disk, so what is
-    sent again is read back from the file past the last marker only. The run is flushed
-    before the last 20 steps, the image and the config: the first folder then holds a run
-    record (a service killed before writing one leaves no run in its folder), and what the
-    new service must be given again is what the dead one held in memory."""
+    once, with what it held in memory): the backend raises ``TrackerLost`` and its writer
+    starts it again at its cursor (the last flush). It continues the run in a new service, a
+    second folder of the same run id, and is handed what the run's files lack: every row, the
+    image and the config key are stored exactly once, and the run ends finished. The image and
+    the config come before the flush: after it, media and config are delivered at least once
+    (docs/operations/journal.md)."""
     import numpy as np
 
     from core_monitor import Image
-    from core_monitor.media import MediaItem
-    from wandb_monitor import journal
 
-    if limit is not None:
-        monkeypatch.setattr(journal, "LIMIT", limit)
-    run = RunInfo(project="cases", name="killed", config={"lr": 0.1}, log_dir=tmp_path)
-    backend = WandbMonitor(run, **OPTIONS)
+    monitor = Monitor(["wandb"], project="cases", name="killed", config={"lr": 0.1},
+                      log_dir=tmp_path, dispatch="process", wait=True, wandb=OPTIONS)
 
     def write(step: int) -> None:
-        backend.monitor_write([Event(f"m{i}", step + i / 8, step, 1.0e9 + step)
-                               for i in range(3)])
+        monitor.log({f"m{i}": step + i / 8 for i in range(3)}, step=step)
 
-    step = 0
-    while step < 100 or (limit is not None and backend._journal.durable == 0):
-        write(step)
-        step += 1
-        assert step < 20_000, "no marker reached the file"
-    if limit is not None:
-        assert len(backend._journal.entries) < step, "nothing was dropped from the journal"
-    # What is flushed is in the first folder's file (with the run record: so that folder is a
-    # run of its own); what follows is held in wandb-core's memory only when it is killed.
-    backend.monitor_flush()
-    for _ in range(20):
-        write(step)
-        step += 1
     pixels = np.arange(48, dtype=np.uint8).reshape(4, 4, 3)
-    backend.monitor_write_media([MediaItem("img", step - 1, 1.0e9 + step - 1, Image(pixels))])
-    backend.monitor_config({"late": 1})
-    (service,) = wandb_core_processes()
+    for step in range(100):
+        write(step)
+    monitor.log({"img": Image(pixels)}, step=99)
+    monitor.log_config({"late": 1})
+    monitor.flush()  # the first folder holds these (and the run record)
+    for step in range(100, 120):  # held in wandb-core's memory when it is killed
+        write(step)
+    writer = monitor._dispatch.writers[0].process
+    (service,) = wandb_core_processes(writer.pid)
     os.kill(service, signal.SIGTERM)
     _wait_ended(service)
-    for later in range(step, step + 100):
-        write(later)
-    backend.monitor_close()
+    with pytest.warns(BackendWarning, match="'wandb': wandb's service .* ended under the run "
+                                            ".* started again at its cursor"):
+        for step in range(120, 220):
+            write(step)
+        monitor.close()
 
-    assert backend.restarts == 1
+    assert writer.returncode == 0 and monitor._dispatch.restarts == {}  # the same writer
     assert len(find_run_dirs(tmp_path)) == 2
-    assert sorted(read_rows(run)) == sorted(
-        (f"m{i}", s, s + i / 8) for s in range(step + 100) for i in range(3))
-    ((tag, at, image),) = read_media(run)
-    assert (tag, at) == ("img", step - 1) and (image.array == pixels).all()
-    assert read_config(run) == {"lr": 0.1, "late": 1}
-    assert read_exit_code(run) == 0
+    assert sorted(read_rows(monitor.run)) == sorted(
+        (f"m{i}", s, s + i / 8) for s in range(220) for i in range(3))
+    ((tag, at, image),) = read_media(monitor.run)
+    assert (tag, at) == ("img", 99) and (image.array == pixels).all()
+    assert read_config(monitor.run) == {"lr": 0.1, "late": 1}
+    assert read_exit_code(monitor.run) == 0
     assert wandb_core_processes() == []
 
 
@@ -632,48 +620,3 @@ def test_system_charts_describe_the_training_process_not_the_writer(tmp_path):
                for item in stats.item if item.key == "proc.cpu.threads"]
     assert threads, "wandb sampled no process (no stats record)"
     assert max(threads) >= 40, f"wandb sampled a process with {max(threads)} threads: the writer"
-
-
-def test_media_logged_with_the_scalars_of_its_step_is_sent_again_when_only_they_were_stored():
-    """Scalars and an image of one ``log()`` reach the backend as two calls of the same step and
-    wall time. After a service died with the scalar row on disk and the image row in memory,
-    the image was taken for stored (rows were matched by step and time alone) and lost."""
-    import numpy as np
-
-    from core_monitor import Image
-    from core_monitor.media import MediaItem
-    from wandb_monitor.journal import Journal
-
-    kept = Journal("global_step")
-    row = {"loss": 0.5, "global_step": 5, "_timestamp": 1.0e9}
-    image = MediaItem("img", 5, 1.0e9, Image(np.zeros((2, 2, 3), dtype=np.uint8)))
-    kept.add_rows([row])
-    kept.add_media([image])
-    assert kept.missing({(5, 1.0e9, "loss")}) == [("media", [image])]
-    assert kept.missing({(5, 1.0e9, "img")}) == [("rows", [row])]
-    assert kept.missing({(5, 1.0e9, "loss"), (5, 1.0e9, "img")}) == []
-
-
-def test_media_on_disk_when_the_service_died_is_taken_for_stored(tmp_path):
-    """wandb stores a media value as nested keys (``img._type``, ``img.path``, ...): read back
-    as such, an image row that had reached the dead service's file was never matched, so it
-    was logged again in the new folder and read back twice (seen in CI's service-killed test).
-    Here the row is written through to the real run file and the journal is asked."""
-    import numpy as np
-
-    from core_monitor import Image
-    from core_monitor.media import MediaItem
-    from wandb_monitor import _compat
-
-    run = RunInfo(project="cases", name="media-on-disk", log_dir=tmp_path)
-    backend = WandbMonitor(run, **OPTIONS)
-    try:
-        image = MediaItem("img", 7, 1.0e9 + 7, Image(np.zeros((2, 2, 3), dtype=np.uint8)))
-        backend.monitor_write([Event("loss", 0.5, 7, 1.0e9 + 7)])
-        backend.monitor_write_media([image])
-        _compat.write_through(backend._run, backend.run_file)  # on disk, journal not told
-        stored = backend._journal.stored_keys(backend.run_file)
-        assert {(7, 1.0e9 + 7, "loss"), (7, 1.0e9 + 7, "img")} <= stored
-        assert backend._journal.missing(stored) == []
-    finally:
-        backend.monitor_close()

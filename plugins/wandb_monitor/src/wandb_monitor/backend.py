@@ -2,22 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from core_monitor import Capabilities, ConfigError, Event, RunInfo, hookimpl
+from core_monitor import Capabilities, ConfigError, Event, RunInfo, TrackerLost, hookimpl
 from core_monitor.events import rows_by_step
 from core_monitor.media import MEDIA_KINDS
 from core_monitor.options import NonBlank
 from core_monitor.resume import NoRunToResume
 from core_monitor.run import training_pid
 
-from . import _compat, journal, media, reader, service
+from . import _compat, media, reader, service
 from .storage import DEFAULT_STEP_METRIC, ESCAPE, ESCAPED_FIRST, escaped
 
 if TYPE_CHECKING:
@@ -61,10 +62,13 @@ class WandbMonitor:
     server).
 
     wandb's service dying under the run (``wandb-core`` exits at once on SIGTERM, which a
-    scheduler's preemption sends every process of a job): the run goes on in a new service
-    (``wandb.init(id=<its id>, resume="allow")``; offline, a new folder of the same run), and
-    every row and media item sent but not in the run's file is logged again (``journal``), with
-    the config so far; ``restarts`` counts it, at most ``MAX_RESTARTS`` per run.
+    scheduler's preemption sends every process of a job, with the rows it held in memory): a
+    hook raises ``core_monitor.TrackerLost``. In a writer process (the default dispatch) the
+    writer starts the backend again at its cursor (its last ``monitor_flush``), in place, also
+    while the monitor closes: the new instance continues the run in a new service
+    (``resume="allow"``; offline, a new folder of the same run id) and is handed every call
+    past the cursor that the run's files lack (``core_monitor.stored``). In a worker thread or
+    in-line, the backend fails and ``monitors sync`` delivers the rest.
 
     Args:
         run: the run (project, name, config, log_dir, rank) from the core.
@@ -183,6 +187,7 @@ class WandbMonitor:
                 self.resumed = True
                 init["id"], init["resume"] = run_id, "allow"
                 first_row = reader.next_wandb_step(run)
+                _after_earlier_folders(run)
             elif run.resume == "must":
                 raise NoRunToResume(f"wandb: no run folder of run {run.ranked_name!r} under "
                                     f"{str(run.log_dir or 'WANDB_DIR')!r}")
@@ -199,11 +204,6 @@ class WandbMonitor:
         self.run_file: Path | None = None
         #: The run's folder (``offline-run-...`` or ``run-...``), or ``None`` when disabled.
         self.run_dir: Path | None = None
-        #: How many times wandb's service died under the run and the run went on in a new one.
-        self.restarts = 0
-        self._init = init
-        self._config = dict(init["config"])  # the config so far, given again after a restart
-        self._journal = journal.Journal(step_metric)
         self._next_row = first_row  # wandb's _step of the next row
         self._run = service.start_run(init)
         try:
@@ -232,36 +232,6 @@ class WandbMonitor:
         self._log(data)
         self._next_row += 1
 
-    def _restart(self, error: ConnectionError) -> None:
-        """wandb's service died under the run (``_compat.service_lost()``; e.g. SIGTERM to
-        every process of a job, which ends ``wandb-core`` at once): continue the run on a new
-        service (``wandb.init(id=<the run's id>, resume="allow")``: offline, a new folder of
-        the same run) and log again every row of the ``journal`` that its file lacks, with the
-        config so far. At most ``MAX_RESTARTS`` times per run.
-
-        Raises:
-            ConnectionError: ``error`` again, when the service has not died or the run was
-                restarted ``MAX_RESTARTS`` times already.
-        """
-        if not _compat.service_lost() or self.restarts >= MAX_RESTARTS:
-            raise error
-        self.restarts += 1
-        stored = self._journal.stored_keys(self.run_file)
-        if self.run_dir is not None:  # a new folder: its name holds the start's second
-            stamp = re.search(r"\d{8}_\d{6}", self.run_dir.name)
-            while stamp and datetime.now().strftime("%Y%m%d_%H%M%S") <= stamp.group():
-                time.sleep(0.05)
-        init = dict(self._init, id=self._run.id, resume="allow", config=self._config)
-        self._run = service.restart_run(init)
-        self._started(self._next_row)
-        missing = self._journal.missing(stored)
-        self._journal = journal.Journal(self.step_metric)
-        for kind, payload in missing:
-            if kind == "rows":
-                self._write_rows(payload)
-            else:
-                self._write_media(payload)
-
     @hookimpl
     def monitor_write(self, events: Sequence[Event]) -> None:
         """Log one wandb history row per step row of the batch (see the class docstring).
@@ -282,17 +252,9 @@ class WandbMonitor:
         self._write_rows(rows)
 
     def _write_rows(self, rows: list[dict[str, Any]]) -> None:
-        if self.run_file is None:  # mode "disabled": no service
+        with _service_loss("monitor_write"):
             for data in rows:
                 self._send(data)
-            return
-        self._journal.add_rows(rows)
-        try:
-            for data in rows:
-                self._send(data)
-            self._journal.watch(self._run, self.run_file)
-        except ConnectionError as error:
-            self._restart(error)  # logs this call's rows again, with what the file lacks
 
     @hookimpl
     def monitor_write_media(self, items: Sequence[media.MediaItem]) -> None:
@@ -300,15 +262,8 @@ class WandbMonitor:
         self._write_media(items)
 
     def _write_media(self, items: Sequence[media.MediaItem]) -> None:
-        if self.run_file is None:
+        with _service_loss("monitor_write_media"):
             media.write_media(self._send, self.step_metric, items)
-            return
-        self._journal.add_media(items)
-        try:
-            media.write_media(self._send, self.step_metric, items)
-            self._journal.watch(self._run, self.run_file)
-        except ConnectionError as error:
-            self._restart(error)
 
     @hookimpl
     def monitor_flush(self) -> None:
@@ -319,23 +274,12 @@ class WandbMonitor:
         Raises:
             TimeoutError: wandb-core did not write them within
                 ``_compat.WRITE_THROUGH_TIMEOUT`` seconds.
+            core_monitor.TrackerLost: wandb's service died under the run.
         """
         if self.run_file is None:  # mode='disabled': no file
             return
-        try:
-            self._write_through()
-        except ConnectionError as error:
-            self._restart(error)
-            self._write_through()
-
-    def _write_through(self) -> None:
-        assert self.run_file is not None
-        try:
-            size = self.run_file.stat().st_size
-        except OSError:
-            size = 0
-        _compat.write_through(self._run, self.run_file)
-        self._journal.written(size)
+        with _service_loss("monitor_flush"):
+            _compat.write_through(self._run, self.run_file)
 
     @hookimpl
     def monitor_config(self, config: Mapping[str, Any]) -> None:
@@ -343,11 +287,8 @@ class WandbMonitor:
         allow_val_change=True)``: a key given again takes the new value), with the same key
         escaping as the config given at start."""
         update = {escaped(key, self.step_metric): value for key, value in config.items()}
-        self._config.update(update)
-        try:
+        with _service_loss("monitor_config"):
             self._run.config.update(update, allow_val_change=True)
-        except ConnectionError as error:
-            self._restart(error)  # the new run starts with self._config
 
     @hookimpl
     def monitor_close(self) -> None:
@@ -360,11 +301,9 @@ class WandbMonitor:
         Raises:
             TimeoutError: the exit record did not reach the file within
                 ``service.FINISH_TIMEOUT`` seconds.
+            core_monitor.TrackerLost: wandb's service died under the run.
         """
-        try:
-            self._finish()
-        except ConnectionError as error:
-            self._restart(error)
+        with _service_loss("monitor_close"):
             self._finish()
 
     def _finish(self) -> None:
@@ -385,8 +324,32 @@ class WandbMonitor:
         self.exit_code = service.CRASH_EXIT_CODE
 
 
-#: Times a run goes on in a new service after wandb's service died under it (``_restart``).
-MAX_RESTARTS = 3
+@contextlib.contextmanager
+def _service_loss(hook: str) -> Iterator[None]:
+    """A ``ConnectionError`` because wandb's service died (``_compat.service_lost()``) becomes
+    ``TrackerLost``, once the dead service is forgotten (``service.forget_lost``): the rows it
+    held in memory are gone, and the writer starts the backend again from its cursor, on a
+    new service. Any other ``ConnectionError`` passes unchanged."""
+    try:
+        yield
+    except ConnectionError as error:
+        if not _compat.service_lost():
+            raise
+        service.forget_lost()
+        raise TrackerLost(f"wandb's service (wandb-core) ended under the run during {hook}, "
+                          "with the rows it had not written") from error
+
+
+def _after_earlier_folders(run: RunInfo) -> None:
+    """Wait until the clock's second is past the start second of the run's latest folder:
+    offline, wandb names a run's folder by its start second and run id, so a run continued
+    within the second it started (a writer started again at once) would reuse its folder."""
+    folders = reader.run_folders(run)
+    stamp = re.search(r"\d{8}_\d{6}", folders[-1].name) if folders else None
+    deadline = time.monotonic() + 2.0
+    while stamp and datetime.now().strftime("%Y%m%d_%H%M%S") <= stamp.group() and (
+            time.monotonic() < deadline):
+        time.sleep(0.05)
 
 
 def _counting_from(log: Any, first_row: int) -> Any:

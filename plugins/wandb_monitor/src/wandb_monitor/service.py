@@ -4,7 +4,8 @@ only when the plugin started it and nothing else uses it.
 A service this plugin started, and that no one else's run uses yet, is torn down when the
 plugin's last run closes, so no ``wandb-core`` process outlives the monitor; a service someone
 else started (the script's own ``wandb.init()``) is left alone. A service that died under a run
-(``_compat.service_lost()``) is replaced by a new one (``restart_run``).
+(``_compat.service_lost()``) is forgotten (``forget_lost``) and the backend raises
+``core_monitor.TrackerLost``: its writer starts it again, on a new service.
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ def finish_run(run: Any, file: Path | None, *, exit_code: int | None = None,
         run.finish(exit_code=exit_code)
     except Exception:
         if _compat.service_lost():
-            raise  # still counted open: the caller starts it again (restart_run) to finish it
+            raise  # the backend raises TrackerLost: its writer starts it again
         _release()
         # Someone called wandb.teardown() first: the service closed the run's file on its way
         # down (every row is in it, but no exit record), and finish() cannot reach it.
@@ -107,16 +108,15 @@ def _release() -> None:
             wandb.teardown()
 
 
-def restart_run(init: dict[str, Any]) -> Any:
-    """The service died (``_compat.service_lost()``): forget it and start a run with ``init``
-    on a new one (``start_run``). ``wandb.teardown()`` (public) drops this process's connection
-    to the dead service before it fails on it, so the next ``wandb.init`` starts a service."""
+def forget_lost() -> None:
+    """The service died under a run (``_compat.service_lost()``): forget that run and the
+    service, so that the next ``start_run`` starts a new one. ``wandb.teardown()`` (public)
+    drops this process's connection to the dead service before it fails on it."""
     global _owned_service_pid, _open_runs
     import wandb
 
     with _lock:
-        _open_runs -= 1
+        _open_runs = max(0, _open_runs - 1)
         _owned_service_pid = None
         with contextlib.suppress(Exception):  # it reports the dead connection it dropped
             wandb.teardown()
-    return start_run(init)
