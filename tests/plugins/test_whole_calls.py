@@ -246,7 +246,7 @@ def test_a_writers_bound_counts_the_journal_bytes_it_has_not_read(tmp_path):
     with pytest.warns(BackendWarning) as caught:
         monitor.log(row(0, 4000), step=0)  # about 64 KiB
         deadline = time.monotonic() + 60
-        while faulty.busy is not None and faulty.busy[0] == 0 and time.monotonic() < deadline:
+        while faulty.shared is not None and not faulty.shared.busy and time.monotonic() < deadline:
             time.sleep(0.01)  # until it hangs inside the hook
         monitor.log(row(1, 4000), step=1)
         while faulty.behind() > 0 and time.monotonic() < deadline:

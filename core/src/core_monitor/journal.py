@@ -437,17 +437,8 @@ class Tail:
             self.fd = -1
 
 
-def decode(frame: bytes) -> tuple[str, Any]:
-    """The ``(hook, kwargs)`` a record's frame holds (``wire.WRITE_ROWS`` made a
-    ``monitor_write`` of a ``Batch`` again)."""
-    frames = wire.Frames()
-    frames.feed(frame)
-    hook, kwargs = next(iter(frames))
-    if hook == wire.WRITE_ROWS:
-        from .events import Batch
-
-        return "monitor_write", {"events": Batch(kwargs)}
-    return hook, kwargs
+#: The ``(hook, kwargs)`` a record's frame holds (``wire.decode_call``).
+decode = wire.decode_call
 
 
 def calls(folder: str | os.PathLike[str], since: int = 0,

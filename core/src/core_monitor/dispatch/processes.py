@@ -21,7 +21,7 @@ was appended since it started, less what it read into its inbox, which holds as 
 ``on_full="block"`` a writer past it makes ``log()`` wait for it (while it lives; it is woken
 at once); with ``"drop"`` the call is dropped for that backend and counted, after a short grace
 (``DROP_GRACE_SECONDS``) unless the writer has been inside one hook for longer than that (the
-shared memory ``wire.SHARED_BYTES``), and the writer is told which calls to skip (a ``skip``
+shared memory, ``wire.SharedPage``), and the writer is told which calls to skip (a ``skip``
 request before the first, an ``unskip`` before the next it gets); a backend with a budget is
 detached (``fanout.FanOut._detach``), never waited for.
 
@@ -93,14 +93,7 @@ from ..run import RunInfo
 from . import wire
 from .channel import FULL, GONE, ROOM, BackendSpec, Channel
 from .policy import Policy
-from .wire import (
-    BUSY_SINCE,
-    DRAIN_SECONDS,
-    HANDLED,
-    READ_BYTES_AT,
-    SHARED_BYTES,
-    START_SECONDS,
-)
+from .wire import DRAIN_SECONDS, START_SECONDS, SharedPage
 
 if TYPE_CHECKING:  # journal imports this package's wire
     from ..journal import Journal
@@ -187,7 +180,7 @@ class WriterChannel(Channel):
         try:
             if shared_fd >= 0:
                 os.ftruncate(shared_fd, mmap.PAGESIZE)
-            self.busy = mmap.mmap(shared_fd, SHARED_BYTES) if shared_fd >= 0 else None
+            self.shared = SharedPage.open(shared_fd)
             # Its own session: a Ctrl-C (SIGINT to the terminal's process group) is the
             # training process's business. Its own output pipe: it never holds the training
             # process's stdout/stderr (a shell or CI step waiting on them would wait for it).
@@ -227,20 +220,20 @@ class WriterChannel(Channel):
     def idle(self) -> bool:
         """Whether a writer behind may still catch up soon: it is between calls, or inside a
         hook that started less than ``DROP_GRACE_SECONDS`` ago (a hung hook drops at once)."""
-        busy = self.busy
-        if busy is None or busy[0] == 0:
+        shared = self.shared
+        if shared is None or not shared.busy:
             return True
-        return time.monotonic() - BUSY_SINCE.unpack_from(busy, 24)[0] < DROP_GRACE_SECONDS
+        return time.monotonic() - shared.busy_since < DROP_GRACE_SECONDS
 
     def behind(self) -> int:
         """Bytes of the journal appended since this writer started that it has not read."""
-        read = READ_BYTES_AT.unpack_from(self.busy, 16)[0] if self.busy is not None else 0
+        read = self.shared.read_bytes if self.shared is not None else 0
         return self.journal.total - self.base_bytes - read
 
     def wake(self) -> None:
         """Ask the writer to read the journal at once (a ``wake`` request), unless it was
         asked since it last read (the request is still in its pipe, or it is busy)."""
-        read = READ_BYTES_AT.unpack_from(self.busy, 16)[0] if self.busy is not None else -1
+        read = self.shared.read_bytes if self.shared is not None else -1
         if read < 0 or read != self.woken_at:
             self.woken_at = read
             self.control(("wake", {}))
@@ -366,8 +359,8 @@ class WriterChannel(Channel):
     def calls_handled(self) -> int:
         """Calls the writer has handled: counted live in the shared memory, else as last
         replied."""
-        if self.busy is not None:
-            return max(self.handled, HANDLED.unpack_from(self.busy, 8)[0])
+        if self.shared is not None:
+            return max(self.handled, self.shared.handled)
         return self.handled
 
     def close_pipe(self) -> None:
@@ -619,7 +612,7 @@ def _wait_while_progressing(writer: WriterChannel) -> bool:
     calls handled moving, or a closing hook running for less than ``wire.CLOSE_HOOK_SECONDS``);
     whether it exited. The platform's own SIGKILL (Slurm's ``KillWait``, Kubernetes's grace
     period, 30 s by default) may come first: the writer then dies of it, as it would anyway."""
-    progress = wire.Progress(writer.busy)
+    progress = wire.Progress(writer.shared)
     while not progress.stalled():
         try:
             writer.process.wait(timeout=0.25)

@@ -12,7 +12,7 @@ logged, whatever their size. Flush and stop requests follow on ``CONTROL``, each
 journal's next record, and so do ``skip``/``unskip`` (calls dropped for this backend) and
 ``journal`` (the monitor's journal failed: read on in another from a seq on). It answers on
 the pipe ``REPLY``: ready or the start failure, each hook failure, each warning, each flush
-done. ``SHARED`` is a small shared memory (``wire.SHARED_BYTES``): whether a hook runs and
+done. ``SHARED`` is a small shared memory (``wire.SharedPage``): whether a hook runs and
 since when, the calls handled, the bytes of the journal read.
 
 Two threads:
@@ -82,15 +82,7 @@ from ..media import MediaRoutes
 from ..resume import backend_state
 from . import wire
 from .backends import Backend, flush_confirms, new_manager, start_backend
-from .wire import (
-    BUSY_SINCE,
-    DRAIN_SECONDS,
-    FINISHING_AT,
-    HANDLED,
-    READ_BYTES_AT,
-    SHARED_BYTES,
-    START_SECONDS,
-)
+from .wire import DRAIN_SECONDS, START_SECONDS, SharedPage
 
 #: Bytes of records the inbox holds at most (the journal holds the rest, on disk).
 INBOX_BYTES = 1 << 20
@@ -162,7 +154,7 @@ class Writer:
                  parent: int | None = None) -> None:
         self.control_fd = control_fd
         self.reply_fd = reply_fd
-        self.shared = mmap.mmap(shared_fd, SHARED_BYTES) if shared_fd >= 0 else None
+        self.shared = SharedPage.open(shared_fd)
         self.backend: Backend | None = None
         #: ``(name, class, RunInfo, options)`` the backend was started with.
         self.spec: tuple[str, Any, Any, dict[str, Any]] | None = None
@@ -356,7 +348,7 @@ class Writer:
             tail = self.tail
             calls += tail.take(room)
         if self.shared is not None:
-            READ_BYTES_AT.pack_into(self.shared, 16, tail.bytes + self.moved_bytes)
+            self.shared.read_bytes = tail.bytes + self.moved_bytes
         return calls
 
     def hand_over(self, calls: list[tuple[int, bytes]]) -> None:
@@ -550,8 +542,8 @@ class Writer:
             return True
         shared = self.shared
         if shared is not None:
-            BUSY_SINCE.pack_into(shared, 24, time.monotonic())
-            shared[0] = 1
+            shared.busy_since = time.monotonic()
+            shared.busy = True
         try:
             function(**kwargs)
             return True
@@ -562,15 +554,15 @@ class Writer:
             return False
         finally:
             if shared is not None:
-                shared[0] = 0
-                HANDLED.pack_into(shared, 8, self.handled)
+                shared.busy = False
+                shared.handled = self.handled
 
     def finish(self, crash: str | None) -> None:
         """Flush, report a crash (``monitor_crash``), close; reply closed. The shared memory
-        says so meanwhile (``wire.FINISHING_AT``): an exit limit that passes lets these hooks
-        run for ``wire.CLOSE_HOOK_SECONDS`` each (``wire.Progress``)."""
+        says so meanwhile (``wire.SharedPage.finishing``): an exit limit that passes lets
+        these hooks run for ``wire.CLOSE_HOOK_SECONDS`` each (``wire.Progress``)."""
         if self.shared is not None:
-            self.shared[FINISHING_AT] = 1
+            self.shared.finishing = True
         flushed = self.call("monitor_flush", {})
         if crash:
             self.call("monitor_crash", {"reason": crash})
