@@ -171,6 +171,18 @@ def install_wheels(session: nox.Session, wheels: list[str], *requirements: str,
     session.install(force, "--no-deps", *wheels)
 
 
+def uv_cache(session: nox.Session) -> dict[str, str]:
+    """``UV_CACHE_DIR``: the package cache this nox run's installs filled, for the venvs
+    tests/integration builds (``offline_env`` moves ``HOME`` and ``XDG_CACHE_HOME``, so uv there
+    would start from an empty cache and download every SDK again, in each xdist worker)."""
+    if os.environ.get("UV_CACHE_DIR"):
+        return {"UV_CACHE_DIR": os.environ["UV_CACHE_DIR"]}
+    found = session.run("uv", "cache", "dir", silent=True)
+    if found is None:  # `nox --install-only` runs nothing
+        return {}
+    return {"UV_CACHE_DIR": found.strip().splitlines()[-1]}
+
+
 def offline_env(session: nox.Session) -> dict[str, str]:
     """What every session's processes see: offline, and every SDK folder under the session's
     temporary directory (the one definition is tests/sdk_env.py)."""
@@ -183,7 +195,8 @@ def tests(session: nox.Session) -> None:
     wheels = build_wheels(session, [CORE, *PLUGINS.values(), *FIXTURES])
     install_wheels(session, wheels, *TEST_DEPS)
     session.run("monitors", "list", "--json")
-    env = {**offline_env(session), "MONITORS_WHEELS": os.pathsep.join(wheels)}
+    env = {**offline_env(session), "MONITORS_WHEELS": os.pathsep.join(wheels),
+           **uv_cache(session)}
     if session.posargs:
         session.run("pytest", "--timeout=600", *PARALLEL, *session.posargs, env=env)
     else:

@@ -67,13 +67,19 @@ def _uv() -> str:
 def _uv_env() -> dict[str, str]:
     """The caller's environment for uv, so it uses the user's package cache.
 
-    The repository's ``conftest.py`` points ``XDG_CACHE_HOME``/``XDG_CONFIG_HOME`` under a
-    temporary folder; uv would then start from an empty cache each session. ``UV_CACHE_DIR``
-    still wins.
+    The repository's ``conftest.py`` points ``HOME`` and ``XDG_CACHE_HOME``/``XDG_CONFIG_HOME``
+    under a temporary folder; uv would then start from an empty cache in each pytest process
+    (each xdist worker downloaded the four SDKs and scikit-learn again, about 850 MB, about a
+    minute of the tests session). ``UV_CACHE_DIR`` (``nox -s tests`` sets it to the cache its
+    own installs filled) wins; without it, ``~/.cache/uv`` of the user's real home.
     """
     env = {k: v for k, v in os.environ.items() if k not in _DROP}
     for name in ("XDG_CACHE_HOME", "XDG_CONFIG_HOME"):
         env.pop(name, None)
+    if not env.get("UV_CACHE_DIR") and os.name == "posix":  # Windows: under LOCALAPPDATA
+        import pwd
+
+        env["UV_CACHE_DIR"] = str(Path(pwd.getpwuid(os.getuid()).pw_dir) / ".cache" / "uv")
     return env
 
 
