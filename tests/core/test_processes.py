@@ -115,6 +115,24 @@ def test_a_writer_runs_at_a_lower_priority_than_the_training_process(make):
     monitor.close()
 
 
+def test_writers_started_behind_monitor_take_turns_to_start(make, monkeypatch):
+    """With one start slot (a 2-core machine: ``start_slots()`` is the CPUs less one), a writer
+    imports and starts its backend only once another has started, so that the loop run right
+    after ``Monitor()`` keeps a core. Each writer reports when its start began and ended.
+    (``wait=True`` starts them all at once: ``Monitor()`` waits for every writer anyway.)"""
+    from core_monitor.dispatch import processes
+
+    monkeypatch.setattr(processes, "start_slots", lambda: 1)
+    monitor = make(["faulty", "jsonl"], faulty={"start_delay": 3.0})
+    monitor.flush()  # every writer started
+    (_, ended), (second, _) = sorted(w.facts["started"] for w in monitor._dispatch.writers)
+    assert second >= ended  # the second began once the first had started
+    for step in range(5):
+        monitor.log({"x": float(step)}, step=step)
+    monitor.close()
+    assert read_steps(monitor.run) == jsonl_steps(monitor) == list(range(5))
+
+
 def test_a_segfault_in_one_backend_affects_only_that_backend(make):
     # Without the run journal, as before it: a writer that dies is not started again (with
     # it, see tests/core/test_journal.py::test_a_killed_writer_starts_again_at_its_cursor...)

@@ -304,7 +304,7 @@ class FanOut:
                 self._host.launch(in_process, run,
                                   {name: calls * BYTES_PER_CALL
                                    for name, calls in capacity.items()},
-                                  self.data, self.ephemeral)
+                                  self.data, self.ephemeral, staggered=not self.wait)
             except OSError as error:
                 warnings.warn(f"writer processes cannot be started here ({error}); every "
                               "backend runs in a worker thread instead (dispatch='thread')",

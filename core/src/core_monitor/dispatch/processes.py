@@ -127,6 +127,9 @@ class WriterChannel(Channel):
         since: for a writer started again (``WriterHost.relaunch``), the seq it first reads
             (its backend's cursor); ``None``: the journal's next call.
         ephemeral: the journal is the monitor's own (``Monitor(journal=False)``).
+        start_slot: a ``memfd`` the writer takes an ``flock`` on before it imports and starts
+            its backend (``WriterHost.launch``: writers sharing one start one after another),
+            or -1 (none: it starts at once).
 
     Attributes:
         name: the backend's name.
@@ -148,7 +151,8 @@ class WriterChannel(Channel):
     kind: ClassVar[str] = "process"
 
     def __init__(self, spec: BackendSpec, run: RunInfo, limit: int, journal: Journal,
-                 since: int | None = None, ephemeral: bool = False) -> None:
+                 since: int | None = None, ephemeral: bool = False,
+                 start_slot: int = -1) -> None:
         super().__init__(spec.name)
         limit = max(limit, mmap.PAGESIZE)  # as a pipe's was: a page at least
         self.spec, self.run, self.limit = spec, run, limit  # to start it again
@@ -171,7 +175,8 @@ class WriterChannel(Channel):
         self.changed = threading.Condition()
         start = wire.encode(("start", spec.cls.__module__, spec.cls.__qualname__, spec.name,
                              run, dict(spec.options),
-                             (str(journal.folder), journal.next_seq, since, ephemeral, limit)))
+                             (str(journal.folder), journal.next_seq, since, ephemeral, limit,
+                              start_slot)))
         control_read, self.control_fd = os.pipe()
         self.reply_fd, reply_write = os.pipe()
         self.output_fd, output_write = os.pipe()
@@ -190,7 +195,8 @@ class WriterChannel(Channel):
                 self.process = subprocess.Popen(
                     [sys.executable, "-m", "core_monitor.dispatch.writer",
                      str(control_read), str(reply_write), str(shared_fd), str(os.getpid())],
-                    pass_fds=[fd for fd in (control_read, reply_write, shared_fd) if fd >= 0],
+                    pass_fds=[fd for fd in (control_read, reply_write, shared_fd, start_slot)
+                              if fd >= 0],
                     stdin=subprocess.DEVNULL, stdout=output_write, stderr=output_write,
                     start_new_session=True,
                 )
@@ -420,9 +426,16 @@ class WriterHost:
         self._reader: threading.Thread | None = None
 
     def launch(self, specs: Sequence[BackendSpec], run: RunInfo, limits: dict[str, int],
-               journal: Journal, ephemeral: bool = False) -> None:
-        """Start every writer of ``specs`` at once, each reading ``journal`` from its next
-        call (``limits``: bytes each may be behind), and the thread reading their replies.
+               journal: Journal, ephemeral: bool = False, staggered: bool = False) -> None:
+        """Start every writer of ``specs``, each reading ``journal`` from its next call
+        (``limits``: bytes each may be behind), and the thread reading their replies.
+
+        Every process is started at once. With ``staggered`` (``Monitor()`` does not wait for
+        the writers: the training loop runs while they start), at most ``start_slots()`` of
+        them import and start their backend at the same time, the others waiting for a slot
+        (an ``flock`` on one of that many ``memfd`` files, in start order), so that the loop
+        keeps a CPU; without it (``Monitor(wait=True)``, which waits for every writer) all
+        start at once.
 
         Raises:
             OSError: a pipe or a process could not be made (the caller stops what started).
@@ -430,9 +443,19 @@ class WriterHost:
         if not specs:
             return
         self._selector = selectors.DefaultSelector()
-        for spec in specs:
-            self._add(WriterChannel(spec, run, limits[spec.name], journal,
-                                    ephemeral=ephemeral))
+        slots: list[int] = []
+        if staggered and len(specs) > start_slots() and hasattr(os, "memfd_create"):
+            with contextlib.suppress(OSError):
+                for _ in range(start_slots()):
+                    slots.append(os.memfd_create("core_monitor-start"))
+        try:
+            for at, spec in enumerate(specs):
+                self._add(WriterChannel(spec, run, limits[spec.name], journal,
+                                        ephemeral=ephemeral,
+                                        start_slot=slots[at % len(slots)] if slots else -1))
+        finally:
+            for fd in slots:  # each writer holds its own copy
+                os.close(fd)
 
     def _add(self, writer: WriterChannel, dead: WriterChannel | None = None) -> None:
         assert self._selector is not None
@@ -648,6 +671,17 @@ def _pass_on(chunk: bytes) -> None:
 
 def nothing(**kwargs: Any) -> None:
     """Stands for a hook that runs in the writer process (``MediaRoutes`` needs a callable)."""
+
+
+def start_slots() -> int:
+    """Writers that import and start their backend at the same time when ``Monitor()`` does
+    not wait for them (``WriterHost.launch``): the CPUs this process may run on (its affinity:
+    a Slurm or cgroup cpuset), less one for the training loop, and at least one."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    return max(1, cpus - 1)
 
 
 def journal_root() -> str | None:

@@ -62,6 +62,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import fcntl
 import importlib
 import mmap
 import os
@@ -191,6 +192,7 @@ class Writer:
         #: Started again at the backend's cursor (``since``): the calls past it its storage
         #: already holds (not handed over again), and the points of the one stored in part.
         self.since: int | None = None
+        self.start_slot = -1  # the memfd to flock before starting (``take_start_slot``)
         self.stored: set[int] = set()
         self.held: dict[int, Any] = {}
         self.skips: list[list[int | None]] = []  # [from, to) ranges of calls not for it
@@ -320,7 +322,7 @@ class Writer:
 
     def open_journal(self, start: Any) -> None:
         """Follow the journal the start frame names, from the cursor or the first call."""
-        folder, self.base, since, self.ephemeral, limit = start[-1]
+        folder, self.base, since, self.ephemeral, limit, self.start_slot = start[-1]
         # What this writer holds beyond what the training process counts it behind (its
         # limit again, as a pipe and its reader's buffer were before the journal).
         self.inbox.limit = min(INBOX_BYTES, limit + mmap.PAGESIZE)
@@ -392,6 +394,8 @@ class Writer:
         _, module, qualname, name, run, options, _journal = message
         with contextlib.suppress(OSError):  # held until this process ends: no sync beside
             hold(self.journal or "", name)
+        slot = self.take_start_slot()
+        began = time.monotonic()
         try:
             cls: Any = importlib.import_module(module)
             for part in qualname.split("."):
@@ -403,11 +407,37 @@ class Writer:
         except BaseException as error:
             self.reply("start_failed", wire.exception_parts(error))
             return False
+        finally:
+            if slot >= 0:
+                os.close(slot)  # the next writer starts
         self.backend = backend
         self.spec = (name, cls, run, options)
         self.flush_confirms = flush_confirms(cls)
-        self.reply("ready", {"state": backend_state(backend.instance)})
+        # ``started``: when the start began and ended (``time.monotonic()``, system-wide on
+        # Linux), after the wait for a start slot.
+        self.reply("ready", {"state": backend_state(backend.instance),
+                             "started": (began, time.monotonic())})
         return True
+
+    def take_start_slot(self) -> int:
+        """Wait for this writer's start slot (``processes.WriterHost.launch``: an ``flock`` on
+        a ``memfd`` shared with the writers started after it); the descriptor holding it, or
+        -1 when it has none (or the lock cannot be taken: it starts at once)."""
+        inherited, self.start_slot = self.start_slot, -1
+        if inherited < 0:
+            return -1
+        try:  # an open file of its own: flock excludes per open file, not per file
+            fd = os.open(f"/proc/self/fd/{inherited}", os.O_RDONLY)
+        except OSError:
+            return -1
+        finally:
+            os.close(inherited)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:
+            os.close(fd)
+            return -1
+        return fd
 
     def start_again(self, hook: str, kwargs: dict[str, Any], error: TrackerLost) -> bool:
         """The backend's tracker lost what it was handed (``TrackerLost``): start the backend
