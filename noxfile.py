@@ -101,6 +101,14 @@ def pytest_runs(session: nox.Session, *args: str, marks: str = "",
     session.run("pytest", *PARALLEL, *args, *(["-m", marks] if marks else []), env=env)
 
 nox.options.default_venv_backend = "uv|virtualenv"
+#: Python caches the bytecode of each module it imports (``__pycache__``) unless
+#: ``PYTHONDONTWRITEBYTECODE`` is set, as some container images set it (the machine CI ran on
+#: had it: no venv under .nox/ held a .pyc). uv installs no bytecode, so with it set every
+#: process of a session (each xdist worker, writer process, script, torchrun rank) compiled
+#: every module of the SDKs and frameworks it imported from source, every time: importing
+#: mlflow, wandb, trackio and TensorBoard took 8 s instead of 3.5 s, and the writer-process
+#: tests twice as long. The venvs under .nox/ are this file's: bytecode is cached there, once.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 # `nox`: what CI runs (bench and bench_dist measure, never gate; dev, pythons and bench_dist are
 # left out on purpose: lowest and newest run the edge Pythons). `CI=true bash .ci/run` on a clean
 # clone, 2 cores, nothing else running (2026-12-06): about 35 min from start to exit, nox's

@@ -37,9 +37,11 @@ SOURCES = {
 }
 PLUGINS = ("trackio-monitor", "tensorboard-monitor", "wandb-monitor", "mlflow-monitor")
 HERE = Path(__file__).resolve().parent
-# Variables that must not leak from the test process into a user's venv.
+# Variables that must not leak from the test process into a user's venv. A user's Python
+# caches the bytecode of what it imports: with PYTHONDONTWRITEBYTECODE (set in some container
+# images) every process in these venvs compiled each SDK it imported again, seconds each time.
 _DROP = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "VIRTUAL_ENV", "CONDA_PREFIX",
-         "PYTEST_CURRENT_TEST", "PYTEST_ADDOPTS", "__PYVENV_LAUNCHER__")
+         "PYTEST_CURRENT_TEST", "PYTEST_ADDOPTS", "__PYVENV_LAUNCHER__", "PYTHONDONTWRITEBYTECODE")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -139,7 +141,6 @@ class Venv:
         env = {k: v for k, v in os.environ.items() if k not in _DROP}
         env["PATH"] = str(self.bin) + os.pathsep + env.get("PATH", "")
         env["VIRTUAL_ENV"] = str(self.path)
-        env["PYTHONDONTWRITEBYTECODE"] = "1"
         env.update(extra or {})
         return env
 
