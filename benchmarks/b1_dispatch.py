@@ -77,7 +77,10 @@ def monitor_arm(
         name = f"monitor-{backend}-{next(_runs)}"
         log_dir = root / name
         with _quiet():
-            monitor = Monitor([backend], project=project, name=name, log_dir=log_dir)
+            # wait=True: the writer's start (the SDK's import and init) is not timed, as the
+            # direct arm's init is not
+            monitor = Monitor([backend], project=project, name=name, log_dir=log_dir,
+                              wait=True)
         log = monitor.log
 
         def loop() -> None:

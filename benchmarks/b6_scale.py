@@ -37,7 +37,9 @@ def run(quick: bool, root: Path) -> dict[str, Any]:
             name = f"scale-{next(_runs)}"
             log_dir = root / name
             with contextlib.redirect_stdout(io.StringIO()):
-                monitor = Monitor(list(backends), project="bench-b6", name=name, log_dir=log_dir)
+                # wait=True: the writers' start is not timed (P-start and P-warmup measure it)
+                monitor = Monitor(list(backends), project="bench-b6", name=name,
+                                  log_dir=log_dir, wait=True)
             step = 0
             for n in SIZES:
                 def body(log=monitor.log, flush=monitor.flush, batch=rows[n],
