@@ -11,8 +11,9 @@ process without ``importlib.metadata`` (``__version__`` is read on first use too
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ._lazy import first_use
 
 if TYPE_CHECKING:
     from .capabilities import Capabilities
@@ -101,16 +102,4 @@ def _version() -> str:
         return "0+unknown"
 
 
-def __getattr__(name: str) -> Any:
-    if name == "__version__":
-        globals()[name] = value = _version()
-        return value
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'core_monitor' has no attribute {name!r}")
-    value = getattr(import_module(_EXPORTS[name], __name__), name)
-    globals()[name] = value  # later look-ups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_EXPORTS, "__version__"})
+__getattr__, __dir__ = first_use(__name__, globals(), _EXPORTS, {"__version__": _version})

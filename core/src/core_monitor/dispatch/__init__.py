@@ -26,8 +26,9 @@ channels or the policy, which run in the training process only.
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from .._lazy import first_use
 
 if TYPE_CHECKING:
     from .channel import BackendSpec, Channel
@@ -71,13 +72,4 @@ __all__ = ["DEFAULT_DISPATCH", "DEFAULT_QUEUE_SIZE", "DISPATCH_ENV", "MODES", "O
            "new_dispatch"]
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'core_monitor.dispatch' has no attribute {name!r}")
-    value = getattr(import_module(_EXPORTS[name], __name__), name)
-    globals()[name] = value  # later look-ups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS])
+__getattr__, __dir__ = first_use(__name__, globals(), _EXPORTS)

@@ -404,6 +404,7 @@ class Writer:
                 run = self.continued(run, name, options)
             backend = start_backend(new_manager(), name, cls, run, options)
             MediaRoutes().add(name, getattr(cls, "media_kinds", ()), backend.hooks)
+            ended = time.monotonic()  # before the slot is let go
         except BaseException as error:
             self.reply("start_failed", wire.exception_parts(error))
             return False
@@ -416,7 +417,7 @@ class Writer:
         # ``started``: when the start began and ended (``time.monotonic()``, system-wide on
         # Linux), after the wait for a start slot.
         self.reply("ready", {"state": backend_state(backend.instance),
-                             "started": (began, time.monotonic())})
+                             "started": (began, ended)})
         return True
 
     def take_start_slot(self) -> int:
