@@ -698,10 +698,12 @@ class FanOut:
         SIGTERM (``shutdown.terminating``): writers are sent the reason with the request and
         report it (``monitor_crash``) before closing; ``close`` does the same for the backends
         of this process."""
-        for writer in self.writers:  # a death just before close is seen as one (reported,
-            if not writer.ended and writer.process.poll() is not None:  # its calls counted),
-                with writer.changed:  # not as an end asked for; the reply thread sees the
-                    writer.changed.wait_for(writer.has_ended, timeout=5.0)  # pipe close
+        # A writer that died just before close is taken for a death (reported, its calls
+        # counted), not for an end asked for: the reply thread sees its pipe close at once.
+        for writer in self.writers:
+            if not writer.ended and writer.process.poll() is not None:
+                with writer.changed:
+                    writer.changed.wait_for(writer.has_ended, timeout=5.0)
         writers = self.writers
         for writer in writers:
             writer.stopping = True

@@ -433,9 +433,9 @@ class WriterHost:
         Every process is started at once. With ``staggered`` (``Monitor()`` does not wait for
         the writers: the training loop runs while they start), at most ``start_slots()`` of
         them import and start their backend at the same time, the others waiting for a slot
-        (an ``flock`` on one of that many ``memfd`` files, in start order), so that the loop
-        keeps a CPU; without it (``Monitor(wait=True)``, which waits for every writer) all
-        start at once.
+        (an ``flock`` on one of that many ``memfd`` files, taken in whichever order they reach
+        it), so that the loop keeps a CPU; without it (``Monitor(wait=True)``, which waits for
+        every writer) all start at once.
 
         Raises:
             OSError: a pipe or a process could not be made (the caller stops what started).
