@@ -193,6 +193,7 @@ class Writer:
         #: already holds (not handed over again), and the points of the one stored in part.
         self.since: int | None = None
         self.start_slot = -1  # the memfd to flock before starting (``take_start_slot``)
+        self.cursor_lock: int | None = None  # the descriptor holding the cursor's lock
         self.stored: set[int] = set()
         self.held: dict[int, Any] = {}
         self.skips: list[list[int | None]] = []  # [from, to) ranges of calls not for it
@@ -393,7 +394,7 @@ class Writer:
             return False
         _, module, qualname, name, run, options, _journal = message
         with contextlib.suppress(OSError):  # held until this process ends: no sync beside
-            hold(self.journal or "", name)
+            self.cursor_lock = hold(self.journal or "", name)
         slot = self.take_start_slot()
         began = time.monotonic()
         try:
@@ -605,10 +606,16 @@ class Writer:
     def leave_journal(self) -> None:
         """A journal of the monitor's own (``Monitor(journal=False)``) whose training process
         is gone: removed by the last of its writers to end (no other one holds its cursor's
-        lock)."""
+        lock once this one let its own go)."""
         if not (self.ephemeral and self.journal and self.backend is not None
                 and (self.orphaned or os.getppid() != self.parent)):
             return
+        # Its own lock goes first: of two writers ending at once, each would otherwise see
+        # the other's lock held and neither remove the journal.
+        if self.cursor_lock is not None and self.cursor_lock >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self.cursor_lock)
+            self.cursor_lock = None
         jr.remove_unheld(self.journal, self.backend.name)
 
 
