@@ -120,9 +120,9 @@ def test_writers_started_behind_monitor_take_turns_to_start(make, monkeypatch):
     imports and starts its backend only once another has started, so that the loop run right
     after ``Monitor()`` keeps a core. Each writer reports when its start began and ended.
     (``wait=True`` starts them all at once: ``Monitor()`` waits for every writer anyway.)"""
-    from core_monitor.dispatch import processes
+    from core_monitor.dispatch import host
 
-    monkeypatch.setattr(processes, "start_slots", lambda: 1)
+    monkeypatch.setattr(host, "start_slots", lambda: 1)
     monitor = make(["faulty", "jsonl"], faulty={"start_delay": 3.0})
     monitor.flush()  # every writer started
     (_, ended), (second, _) = sorted(w.facts["started"] for w in monitor._dispatch.writers)

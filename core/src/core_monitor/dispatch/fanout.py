@@ -46,6 +46,7 @@ from typing import Any, ClassVar
 
 from .. import journal as run_journal  # a module: journal imports this package's wire
 from .. import shutdown
+from .._stack import caller_level
 from ..errors import BackendWarning, ConfigError, FlushTimeout
 from ..media import MediaRoutes
 from ..resume import NoRunToResume, backend_state
@@ -53,19 +54,12 @@ from ..run import RunInfo
 from . import wire
 from .backends import Backend, flush_confirms, hook_names, new_manager, start_backend
 from .channel import FULL, GONE, ROOM, BackendSpec, Channel
+from .host import WriterHost
 from .policy import Policy
-from .processes import (
-    BYTES_PER_CALL,
-    STARTUP_SECONDS,
-    WriterChannel,
-    WriterHost,
-    journal_root,
-    nothing,
-    why_not_in_a_process,
-)
+from .processes import BYTES_PER_CALL, WriterChannel, journal_root, nothing, why_not_in_a_process
 from .sync import InlineChannel
 from .threads import FORK_FLUSH_TIMEOUT, ThreadChannel, in_worker
-from .warn import report_drop, report_lost
+from .warn import report_drop, report_losses
 from .wire import encode_call
 
 logger = logging.getLogger("core_monitor")
@@ -73,17 +67,6 @@ logger = logging.getLogger("core_monitor")
 #: ``Monitor(dispatch=...)`` -> the kind of channel a backend gets by default.
 MODE_KINDS = {"process": "process", "thread": "thread", "background": "thread",
               "sync": "inline"}
-
-#: Why calls never reached a backend, and why they were dropped, per kind of channel.
-_LOST = {"process": ("not written when close(timeout={timeout}) gave up or its writer process "
-                     "had ended; the backend is not closed"),
-         "thread": "still queued when close(timeout={timeout}) gave up; the backend is not closed"}
-_DETACHED = {"process": "not sent once its budget was spent (it fell too far behind)"}
-_DROPPED = {"process": "dropped, its buffer was full (on_full='drop')",
-            "thread": "dropped, its queue was full (on_full='drop')"}
-
-#: Times a backend's writer process is started again after dying, per monitor.
-MAX_RESTARTS = 3
 
 _put = SimpleQueue.put
 _write = os.write
@@ -139,9 +122,6 @@ class FanOut:
         # tickets of a fork that did not wait them out (``before_fork``).
         self._fork_flushed_at: int | None = None
         self._fork_tickets: dict[str, SimpleQueue[bool]] = {}
-        #: Backend name -> how many times its writer process was started again.
-        self.restarts: dict[str, int] = {}
-        self._restarted_at: dict[str, int] = {}  # the cursor of each backend's last restart
         #: Backend name -> its budget in bytes (``Monitor(budget=...)``); ``None`` key: the
         #: budget of every backend not named.
         self.budgets: dict[str | None, int] = {}
@@ -158,10 +138,8 @@ class FanOut:
         self._inline_writers: list[tuple[str, Callable[..., Any]]] = []  # (name, monitor_write)
         self._threads: list[ThreadChannel] = []
         self._queues: list[SimpleQueue[tuple[str, Any]]] = []  # the thread channels' queues
-        self._live: list[WriterChannel] = []  # the writer channels still sent to
+        self._live: list[WriterChannel] = []  # the writers still sent to (``WriterHost.live``)
         self._least = capacity  # the smallest thread queue's capacity (``_take``)
-        #: Bytes every live writer can still fall behind before one needs a look (``_settle``).
-        self._slack = 0
         #: The run's journal (``core_monitor.journal``), set by the ``Monitor`` before
         #: ``start``; ``None``: no journal.
         self.journal: run_journal.Journal | None = None
@@ -180,6 +158,11 @@ class FanOut:
     def writers(self) -> list[WriterChannel]:
         """The writer channels, in start order."""
         return [] if self._host is None else list(self._host.writers)
+
+    @property
+    def restarts(self) -> dict[str, int]:
+        """Backend name -> how many times its writer process was started again."""
+        return {} if self._host is None else self._host.restarts
 
     @property
     def backends(self) -> list[Backend]:
@@ -233,19 +216,18 @@ class FanOut:
                           "run)", BackendWarning, stacklevel=4)
         if failed is not None:
             failed.forget()
-        if not self._live:
+        host = self._host
+        if host is None or not host.live:
             return
         try:
             own = self._own_journal(failed)
-            for writer in self._live:
-                writer.journal = own
-                writer.control(("journal", {"folder": str(own.folder), "seq": own.next_seq}))
+            host.move_to(own)
             if frame is not None:
                 own.append(frame)
         except OSError as again:  # no journal at all: the writers get nothing more
             logger.error("no journal can be written (%s): writer processes get no more calls",
                          again)
-            for writer in list(self._live):
+            for writer in list(host.live):
                 self._refuse(writer, GONE)
 
     def _own_journal(self, failed: run_journal.Journal | None = None,
@@ -315,7 +297,7 @@ class FanOut:
         started: dict[str, Channel] = {}
         try:
             if self._host is not None:
-                self._start_writers(self._host, started)
+                self._host.take(self.wait, started, self._start_failed)
             for spec in specs:
                 kind = kinds[spec.name]
                 if kind == "process":
@@ -335,8 +317,6 @@ class FanOut:
             self.close(None)
             raise
         self._take([started[spec.name] for spec in specs if spec.name in started])
-        if self._host is not None:
-            self._host.writers = [c for c in self.channels if isinstance(c, WriterChannel)]
         for spec in specs:  # start order is selection order, whichever channel runs it
             channel = started.get(spec.name)
             kinds_of_media = getattr(spec.cls, "media_kinds", ())
@@ -351,26 +331,6 @@ class FanOut:
                 self.hooks[spec.name] = frozenset(backend.hooks)
                 self.facts[spec.name] = {"state": backend_state(backend.instance)}
 
-    def _start_writers(self, host: WriterHost, started: dict[str, Channel]) -> None:
-        """Take the writers launched: at once (``wait`` false; their replies are handled by
-        the reply thread), or once each replied ready (a failure is stopped and handled as
-        any start failure)."""
-        host.waited = self.wait
-        deadline = time.monotonic() + STARTUP_SECONDS
-        for writer in host.writers:
-            if not self.wait:
-                started[writer.name] = writer
-                writer.facts.setdefault("state", (False, None))
-                continue
-            outcome = writer.wait_ready(deadline)
-            self.policy.deliver(raising=False)  # warnings of its start, in order
-            if outcome is True:
-                started[writer.name] = writer
-                continue
-            writer.sending = False
-            writer.stop_now()
-            self._start_failed(writer.name, outcome)  # type: ignore[arg-type]
-
     def _take(self, channels: list[Channel]) -> None:
         """Hold ``channels`` (start order) and the hot path's lists of each kind."""
         self.channels = channels
@@ -381,8 +341,9 @@ class FanOut:
         self._queues = [c.items for c in self._threads]
         #: The smallest thread queue's capacity: below it, no queue needs a look.
         self._least = min((c.capacity for c in self._threads), default=self.capacity)
-        self._live = [c for c in channels if isinstance(c, WriterChannel) and c.sending]
-        self._slack = 0
+        if self._host is not None:
+            self._host.list_live(channels)
+            self._live = self._host.live  # the same list: ``WriterHost`` keeps it
 
     def _start_failed(self, name: str, error: BaseException) -> None:
         """A backend did not start: raise (``ConfigError``, or any error when strict) or set
@@ -414,7 +375,8 @@ class FanOut:
                 the call).
         """
         self.sent += 1
-        if self._host is not None and self._host.died:
+        host = self._host
+        if host is not None and host.died:
             self._restart_writers()
         if self.data is not None:
             # The thread channels' room and the writers' is settled first; the queues and
@@ -422,10 +384,11 @@ class FanOut:
             puts = self._queues_with_room() if self._queues else ()
             frame = encode_call(hook, kwargs)
             if self._live:
+                assert host is not None
                 size = len(frame) + RECORD_HEADER
-                if size > self._slack:
-                    self._settle(size)
-                self._slack -= size
+                if size > host.slack:
+                    host.settle(size, self.data.next_seq, self._admit)
+                host.slack -= size
             self._pass(frame, puts, (hook, kwargs))
         elif self._queues:
             _consume(map(_put, self._queues_with_room(), repeat((hook, kwargs))))
@@ -465,81 +428,12 @@ class FanOut:
         except OSError as error:
             self._journal_failed(error, frame)
 
-    def _settle(self, size: int) -> None:
-        """Some writer may be past its trigger (``WriterChannel.trigger``: half its bound, or
-        nothing for a small bound): each past its bound with a record of ``size`` bytes is
-        asked (``_admit``: waited for, dropped for or detached, as ``on_full`` and its budget
-        say) before anything is appended, so an interrupt while waiting leaves no trace of the
-        call; each past its trigger is woken to read at once
-        (the size trigger of OpenTelemetry's batch processor, besides the writer's schedule
-        delay). A writer with room after a run of dropped calls is told where the run ends
-        (``unskip``). Then ``_slack`` is the least room left below the writers' triggers."""
-        data = self.data
-        assert data is not None
-        slack = None
-        for writer in list(self._live):
-            behind = writer.behind()
-            if behind > 0 and behind + size > writer.limit:
-                admitted = self._admit(writer, size)
-            else:
-                admitted = True
-                if behind + size > writer.trigger:
-                    writer.wake()
-            if admitted and writer.skipping is not None:
-                writer.control(("unskip", {"to": data.next_seq}))
-                writer.skipping = None
-            if writer.sending:
-                room = writer.trigger - max(0, behind)
-                slack = room if slack is None else min(slack, room)
-        if any(writer.skipping is not None for writer in self._live):
-            slack = 0  # a writer dropping calls is asked again at every call
-        self._slack = slack or 0
-
     def _restart_writers(self) -> None:
-        """Start again, at its backend's cursor, each writer whose process died (an SDK's
-        segfault, an OOM kill), at most ``MAX_RESTARTS`` times per backend: the new writer
-        reads the journal from the cursor on; one that died again without its cursor moving
-        is not started again (a call that kills it). The death is reported once
-        (``WriterDied``, by the reply thread); each restart is logged. Called on the caller's
-        thread under the monitor's lock, before a call is handed over."""
-        host, data = self._host, self.data
-        assert host is not None
-        host.died = False
-        if data is None or self.ephemeral:  # without the run's journal, as before it: what
-            for writer in list(self._live):  # it is sent is counted at close (``pending``)
-                if writer.dead:
-                    self._unlist(writer)
-            return
-        for writer in list(host.writers):
-            count = self.restarts.get(writer.name, 0)
-            if not writer.dead or writer.stopping:
-                continue
-            self._unlist(writer)  # sent nothing more; what it is not sent is counted at close
-            if count >= MAX_RESTARTS:
-                continue
-            cursor = run_journal.read_cursor(data.folder, writer.name)
-            if count and self._restarted_at.get(writer.name) == cursor:
-                # It died again before confirming anything: a call that kills it (a poison
-                # call) would kill every new writer; the rest is left to ``monitors sync``.
-                logger.error("backend %r: its writer process died again before confirming "
-                             "any call; it is not started again", writer.name)
-                self.restarts[writer.name] = MAX_RESTARTS
-                continue
-            self._restarted_at[writer.name] = cursor
-            try:
-                new = host.relaunch(writer, cursor, self.ephemeral)
-            except OSError as error:
-                logger.error("backend %r: its writer process could not be started again: %s",
-                             writer.name, error)
-                continue
-            new.skipped = self.sent - 1  # the calls before this one were its predecessor's
-            self.restarts[writer.name] = count + 1
-            self.channels[self.channels.index(writer)] = new
-            self._live.append(new)
-            self._slack = 0
-            logger.warning("backend %r: its writer process died (%s); started again at its "
-                           "cursor (restart %d of %d)", writer.name,
-                           writer.exit_description(), count + 1, MAX_RESTARTS)
+        """Start again each writer whose process died (``WriterHost.restart``), in its place
+        among the channels."""
+        assert self._host is not None
+        for dead, new in self._host.restart(self.data, self.ephemeral, self.sent):
+            self.channels[self.channels.index(dead)] = new
 
     def _call_inline(self, hook: str, kwargs: dict[str, Any]) -> None:
         """Call ``hook(**kwargs)`` on every in-line backend implementing it, in start order;
@@ -586,17 +480,16 @@ class FanOut:
         channel.gap = seq = journal.next_seq
         self.detached[name] = seq
         if isinstance(channel, WriterChannel):
-            channel.control(("skip", {"from": seq}))
+            channel.skip_from(seq)
             self._unlist(channel)
-        elif isinstance(channel, ThreadChannel):
-            self._queues = [c.items for c in self._threads if c.name not in self.detached]
+        self._queues = [c.items for c in self._threads if c.name not in self.detached]
         message = (f"backend {name!r} is behind by its whole budget "
                    f"({self.capacity_of(name) * BYTES_PER_CALL} bytes unwritten): it is sent "
                    "nothing more in this run and the other backends go on; the run's journal "
                    "keeps every call, and after the run `monitors sync "
                    f"{shlex.quote(str(journal.folder))}` delivers what it lacks")
         logger.warning(message)
-        warnings.warn(message, BackendWarning, stacklevel=5)
+        warnings.warn(message, BackendWarning, stacklevel=caller_level())
 
     def _refuse(self, channel: Channel, answer: str) -> None:
         name = channel.name
@@ -607,10 +500,9 @@ class FanOut:
         if answer == FULL:
             self.dropped[name] = self.dropped.get(name, 0) + 1
             channel.skipped += 1
-            if isinstance(channel, WriterChannel) and channel.skipping is None:
+            if isinstance(channel, WriterChannel):
                 assert self.data is not None
-                channel.skipping = self.data.next_seq
-                channel.control(("skip", {"from": channel.skipping}))
+                channel.skip_from(self.data.next_seq)
             if self.dropped[name] == 1:
                 report_drop(name, channel.full)
             return
@@ -622,10 +514,8 @@ class FanOut:
 
     def _unlist(self, writer: WriterChannel) -> None:
         """Stop sending to ``writer`` (its process is gone, or its budget spent)."""
-        writer.sending = False
-        if writer in self._live:
-            self._live.remove(writer)
-            self._slack = 0
+        assert self._host is not None
+        self._host.unlist(writer)
 
     def _queues_with_room(self) -> list[SimpleQueue[tuple[str, Any]]]:
         """The thread channels' queues that take one more item now: all of them while none is
@@ -725,7 +615,7 @@ class FanOut:
             Exception: with ``strict``, the first exception a backend raised.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
-        self._live = []
+        self._live.clear()
         if self._host is not None:
             for name, lost in self._host.close(deadline, timeout, self.sent,
                                                patient=shutdown.exiting).items():
@@ -762,44 +652,13 @@ class FanOut:
         if journal is not None:
             self._confirm([c for c in self.channels if c.name in closed
                            and not isinstance(c, WriterChannel)], journal.next_seq)
-        self._report_losses(timeout)
+        report_losses({channel.name: channel.kind for channel in self.channels},
+                      self.undelivered, self.dropped, list(self.detached), timeout,
+                      None if journal is None else journal.folder, list(self.hooks))
         if self.journal is not None:
             self.journal.close()
         self.policy.deliver(raising=False)
         self.policy.raise_pending()
-
-    def _report_losses(self, timeout: float | None) -> None:
-        """Report what never reached each backend (``undelivered``), then what was dropped for
-        it (``dropped``), in the words of its channel's kind; with a journal, each report
-        also names the calls the backend's cursor has not passed and the command delivering
-        them (``monitors sync``), and a backend behind for another reason (it raised, or its
-        writer was left to finish its start) is logged at INFO with that command."""
-        kinds = {channel.name: channel.kind for channel in self.channels}
-        left: dict[str, int] = {}
-        hint = ""
-        if self.journal is not None:
-            left = run_journal.journal_left(self.journal.folder, list(self.hooks))
-            hint = f"monitors sync {shlex.quote(str(self.journal.folder))}"
-        told = set()
-        detached = {name: left.get(name, 0) for name in self.detached}
-        for counts, texts in ((self.undelivered, _LOST), (self.dropped, _DROPPED),
-                              (detached, _DETACHED)):
-            by_kind: dict[str, dict[str, int]] = {}
-            for name, count in counts.items():
-                if name not in told:
-                    by_kind.setdefault(kinds.get(name, "process"), {})[name] = count
-            for kind, part in by_kind.items():
-                why = texts.get(kind, texts["process"]).format(timeout=timeout)
-                for name, count in part.items():
-                    told.add(name)
-                    kept = (f". The {left[name]} call(s) its tracker has not confirmed are "
-                            f"kept in the run's journal; deliver them with: {hint}"
-                            if left.get(name) else "")
-                    report_lost({name: count}, why + kept)
-        for name, count in left.items():
-            if name not in told:
-                logger.info("backend %r: %d call(s) not confirmed by its tracker are kept in "
-                            "the run's journal; deliver them with: %s", name, count, hint)
 
     # Fork --------------------------------------------------------------------------------
 
@@ -848,7 +707,7 @@ class FanOut:
         for channel in self._threads:
             channel.forget()
         self._queues = [channel.items for channel in self._threads]
-        self._live = []
+        self._live.clear()
 
 
 class ProcessDispatch(FanOut):

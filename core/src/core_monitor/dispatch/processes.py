@@ -1,14 +1,14 @@
 """The writer channel (the default kind): a backend runs in a writer process of its own.
 
-``WriterChannel`` is the training process's side of one writer: its control pipe, its
-process, what it replied. ``WriterHost`` is what the writer channels of one monitor share:
-the one thread reading every writer's replies. The data path is the run's journal
-(``core_monitor.journal``): the fan-out (``fanout.FanOut``) appends each call once, encoded
-once (``core_monitor.dispatch.wire``), with one ``write``, and every writer reads it from there
-at its own pace (``journal.Tail``), a large call (an image, a row of thousands of tags) the
-same way as a small one. What a writer has not read is on disk, not in a pipe: when ``log()``
-returns the call is in the journal (the page cache), so if the training process dies by any
-means each writer still reads it, writes it, flushes, marks the run as crashed
+``WriterChannel`` is the training process's side of one writer: its control pipe, its process,
+what it replied. ``host.WriterHost`` is what the writer channels of one monitor share: their
+start, the one thread reading every writer's replies, restarts and the end. The data path is
+the run's journal (``core_monitor.journal``): the fan-out (``fanout.FanOut``) appends each call
+once, encoded once (``core_monitor.dispatch.wire``), with one ``write``, and every writer reads
+it from there at its own pace (``journal.Tail``), a large call (an image, a row of thousands of
+tags) the same way as a small one. What a writer has not read is on disk, not in a pipe: when
+``log()`` returns the call is in the journal (the page cache), so if the training process dies
+by any means each writer still reads it, writes it, flushes, marks the run as crashed
 (``monitor_crash``) and exits (``core_monitor.dispatch.writer``); if a writer dies, the one
 started in its place reads on from its backend's cursor. Without the run's journal
 (``Monitor(journal=False)``, or one that cannot be written) the writers read a journal of the
@@ -23,7 +23,7 @@ at once); with ``"drop"`` the call is dropped for that backend and counted, afte
 (``DROP_GRACE_SECONDS``) unless the writer has been inside one hook for longer than that (the
 shared memory, ``wire.SharedPage``), and the writer is told which calls to skip (a ``skip``
 request before the first, an ``unskip`` before the next it gets); a backend with a budget is
-detached (``fanout.FanOut._detach``), never waited for.
+detached (``fanout.FanOut.detach``), never waited for.
 
 Flush and stop requests travel on the control pipe, written without waiting, each naming the
 journal's next record: the writer places it after every call logged before it, so
@@ -31,7 +31,7 @@ journal's next record: the writer places it after every call logged before it, s
 read. The fan-out's ``stop`` marks every writer stopping before it sends any stop request, so a
 writer that exits on its request is never taken for a dead one.
 
-Start-up: ``WriterHost.launch`` starts every writer at once (each with SIGTERM blocked until
+Start-up: ``host.WriterHost.launch`` starts every writer at once (each with SIGTERM blocked until
 its handler is in place) and the fan-out, by default (``Monitor(wait=False)``), returns at
 once: calls wait in the journal for writers still starting (one past its bound is waited for
 even with ``on_full="drop"``), and a start failure is reported by the reply thread like any
@@ -44,7 +44,7 @@ by one thread (which also passes on the writer's stdout and stderr, a pipe of it
 never holds this process's output open), and are reported on the caller's thread at its next
 call (``policy.Policy``). A writer that dies (a segfault in a native extension) or ends by
 itself (SIGTERM sent to it alone) is reported once as ``WriterDied``, naming why; the others go
-on. ``WriterHost.close`` waits for every writer to exit, all at once, at most ``timeout``
+on. ``host.WriterHost.close`` waits for every writer to exit, all at once, at most ``timeout``
 seconds; a writer still running then is killed with what its SDK started (its session's process
 group) and its calls counted in ``undelivered``; every writer is reaped. A writer still
 *starting* then (importing its SDK, starting its run: a slow start on a loaded node, or a
@@ -78,13 +78,11 @@ import logging
 import mmap
 import os
 import pickle
-import selectors
 import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..errors import WriterDied
@@ -92,8 +90,7 @@ from ..plugins import installed_plugins, packages_distributions
 from ..run import RunInfo
 from . import wire
 from .channel import FULL, GONE, ROOM, BackendSpec, Channel
-from .policy import Policy
-from .wire import DRAIN_SECONDS, START_SECONDS, SharedPage
+from .wire import SharedPage
 
 if TYPE_CHECKING:  # journal imports this package's wire
     from ..journal import Journal
@@ -124,11 +121,11 @@ class WriterChannel(Channel):
             ``queue_size`` calls of ``BYTES_PER_CALL``) before a call waits, is dropped or
             detaches it (``make_room``).
         journal: the journal the writer reads (``core_monitor.journal.Journal``).
-        since: for a writer started again (``WriterHost.relaunch``), the seq it first reads
+        since: for a writer started again (``host.WriterHost.relaunch``), the seq it first reads
             (its backend's cursor); ``None``: the journal's next call.
         ephemeral: the journal is the monitor's own (``Monitor(journal=False)``).
         start_slot: a ``memfd`` the writer takes an ``flock`` on before it imports and starts
-            its backend (``WriterHost.launch``: writers sharing one start one after another),
+            its backend (``host.WriterHost.launch``: writers sharing one start one after another),
             or -1 (none: it starts at once).
 
     Attributes:
@@ -156,7 +153,7 @@ class WriterChannel(Channel):
         super().__init__(spec.name)
         limit = max(limit, mmap.PAGESIZE)  # as a pipe's was: a page at least
         self.spec, self.run, self.limit = spec, run, limit  # to start it again
-        #: Bytes behind past which the writer is woken to read at once (``fanout._settle``).
+        #: Bytes behind past which the writer is woken to read at once (``host.WriterHost.settle``).
         self.trigger = 0 if limit < SMALL_BOUND else limit // 2
         self.full = f"it is {limit} bytes behind (its budget or queue_size)"
         self.journal = journal
@@ -293,6 +290,20 @@ class WriterChannel(Channel):
     def counts_gone(self) -> bool:
         return not self.dead and self.ready is True
 
+    def skip_from(self, seq: int) -> None:
+        """Calls from the journal's record ``seq`` on are not for this writer (dropped for
+        it, or its budget spent): a ``skip`` request, once per run of skipped calls."""
+        if self.skipping is None:
+            self.skipping = seq
+            self.control(("skip", {"from": seq}))
+
+    def unskip(self, to: int) -> None:
+        """The current run of skipped calls (``skip_from``) ends before the journal's record
+        ``to``: an ``unskip`` request; nothing when no call is skipped."""
+        if self.skipping is not None:
+            self.control(("unskip", {"to": to}))
+            self.skipping = None
+
     def request_flush(self) -> int | None:
         """A flush request on the control pipe, naming the journal's next record (the writer
         places it after every call logged before it); the marker to wait for, ``0`` for a
@@ -401,250 +412,6 @@ class WriterChannel(Channel):
         return f"exit status {code}"
 
 
-class WriterHost:
-    """What the writer channels of one fan-out share: the journal they read, and the thread
-    reading every writer's replies and output.
-
-    Args:
-        policy: the fan-out's failure policy (failures and warnings replied by a writer).
-
-    Attributes:
-        writers: the writer channels launched, in start order.
-        waited: whether the fan-out waited for the writers' start (their start failures are
-            then reported by the fan-out itself, not by the reply thread).
-    """
-
-    def __init__(self, policy: Policy) -> None:
-        self.policy = policy
-        self.writers: list[WriterChannel] = []
-        self.waited = True
-        #: A writer died since the fan-out last looked (set by the reply thread).
-        self.died = False
-        #: The writers ``close`` left to finish their start (and write) by themselves.
-        self.starting: list[str] = []
-        self._selector: selectors.BaseSelector | None = None
-        self._reader: threading.Thread | None = None
-
-    def launch(self, specs: Sequence[BackendSpec], run: RunInfo, limits: dict[str, int],
-               journal: Journal, ephemeral: bool = False, staggered: bool = False) -> None:
-        """Start every writer of ``specs``, each reading ``journal`` from its next call
-        (``limits``: bytes each may be behind), and the thread reading their replies.
-
-        Every process is started at once. With ``staggered`` (``Monitor()`` does not wait for
-        the writers: the training loop runs while they start), at most ``start_slots()`` of
-        them import and start their backend at the same time, the others waiting for a slot
-        (an ``flock`` on one of that many ``memfd`` files, taken in whichever order they reach
-        it), so that the loop keeps a CPU; without it (``Monitor(wait=True)``, which waits for
-        every writer) all start at once.
-
-        Raises:
-            OSError: a pipe or a process could not be made (the caller stops what started).
-        """
-        if not specs:
-            return
-        self._selector = selectors.DefaultSelector()
-        slots: list[int] = []
-        if staggered and len(specs) > start_slots() and hasattr(os, "memfd_create"):
-            with contextlib.suppress(OSError):
-                for _ in range(start_slots()):
-                    slots.append(os.memfd_create("core_monitor-start"))
-        try:
-            for at, spec in enumerate(specs):
-                self._add(WriterChannel(spec, run, limits[spec.name], journal,
-                                        ephemeral=ephemeral,
-                                        start_slot=slots[at % len(slots)] if slots else -1))
-        finally:
-            for fd in slots:  # each writer holds its own copy
-                os.close(fd)
-
-    def _add(self, writer: WriterChannel, dead: WriterChannel | None = None) -> None:
-        assert self._selector is not None
-        if dead is None:
-            self.writers.append(writer)
-        else:
-            self.writers[self.writers.index(dead)] = writer
-        self._selector.register(writer.reply_fd, selectors.EVENT_READ, (writer, "reply"))
-        self._selector.register(writer.output_fd, selectors.EVENT_READ, (writer, "output"))
-        if self._reader is None or not self._reader.is_alive():
-            self._reader = threading.Thread(target=self._read_replies, daemon=True,
-                                            name="core_monitor:replies")
-            self._reader.start()
-
-    def relaunch(self, dead: WriterChannel, since: int, ephemeral: bool) -> WriterChannel:
-        """Start a writer again in place of ``dead`` (its process ended), for the same backend
-        and run, reading the journal from ``since`` (its backend's cursor). Its replies are
-        read by the reply thread (started again when it had ended).
-
-        Raises:
-            OSError: a pipe or the process could not be made.
-        """
-        writer = WriterChannel(dead.spec, dead.run, dead.limit, dead.journal, since, ephemeral)
-        self._add(writer, dead)
-        return writer
-
-    # The reply thread --------------------------------------------------------------------
-
-    def _read_replies(self) -> None:
-        """The reply thread: each writer's replies, and its output (stdout and stderr, passed
-        on to this process's ``sys.stderr``), until every writer ended."""
-        selector = self._selector
-        assert selector is not None
-        frames: dict[int, wire.Frames] = {}
-        while selector.get_map():
-            for key, _ in selector.select():
-                writer, kind = key.data
-                try:
-                    chunk = os.read(key.fd, 1 << 16)
-                except OSError:
-                    chunk = b""
-                if not chunk:
-                    selector.unregister(key.fd)
-                    os.close(key.fd)
-                    if kind == "reply":
-                        self._ended(writer)
-                    continue
-                if kind == "output":
-                    _pass_on(chunk)
-                    continue
-                frames.setdefault(key.fd, wire.Frames()).feed(chunk)
-                for message in frames[key.fd]:
-                    self._on_reply(writer, message)
-
-    def _on_reply(self, writer: WriterChannel, message: tuple[Any, ...]) -> None:
-        kind = message[0]
-        strict = self.policy.strict
-        if kind == "failed":
-            error = wire.rebuild_exception(message[2], strict=strict)
-            self.policy.failed_elsewhere(writer.name, message[1], error,
-                                         "in its writer process")
-        elif kind == "warning":
-            self.policy.warn_later(message[1], wire.warning_category(message[2], message[3]))
-        elif kind in ("flushed", "closed"):
-            with writer.changed:
-                if kind == "flushed":
-                    writer.flushed = message[1]
-                writer.handled = message[-1]
-                writer.changed.notify_all()
-        elif kind == "ending":
-            writer.ending = message[1]
-        elif kind == "ready":
-            with writer.changed:
-                writer.facts.update(message[1])
-                writer.ready = True
-                writer.changed.notify_all()
-        elif kind == "start_failed":
-            error = wire.rebuild_exception(message[1], strict=True)
-            with writer.changed:
-                writer.ready = error
-                writer.changed.notify_all()
-            if not self.waited:  # reported at the caller's next call, its original type
-                self.policy.failed_elsewhere(writer.name, "start", error,
-                                             "in its writer process")
-
-    def _ended(self, writer: WriterChannel) -> None:
-        """The writer's reply pipe closed: it exited. Unless asked to, that is a failure."""
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            writer.process.wait(timeout=5)
-        with writer.changed:
-            writer.ended = True
-            writer.dead = not writer.stopping and writer.ready is True
-            writer.changed.notify_all()
-        if writer.dead:
-            self.died = True  # the fan-out may start it again (``relaunch``)
-        if not self.waited and not writer.stopping and writer.ready is None:
-            error = WriterDied("WriterDied", f"backend {writer.name!r}: its writer process "
-                               f"ended while starting ({writer.exit_description()})")
-            self.policy.failed_elsewhere(writer.name, "start", error, "in its writer process")
-        if writer.dead:
-            why = writer.exit_description() + (f": {writer.ending}" if writer.ending else "")
-            error = WriterDied("WriterDied", (
-                f"backend {writer.name!r}: its writer process ended unexpectedly ({why}); "
-                "calls after its last flush may be lost, the other backends carry on"))
-            self.policy.failed_elsewhere(writer.name, "its writer process", error,
-                                         "in its writer process")
-
-    # The end -----------------------------------------------------------------------------
-
-    def close(self, deadline: float | None, timeout: float | None, sent: int, *,
-              patient: bool = False) -> dict[str, int]:
-        """End every writer: close its pipes (its end of input), wait for it to exit, all
-        at once, until ``deadline``; kill one still running then, unless it is still starting
-        (module docstring: it goes on by itself) or, with ``patient`` (the core's own exit
-        limit: ``shutdown.close_all``), still making progress (``wire.Progress``). Every
-        writer is reaped. Backend name -> calls of the ``sent`` that never reached its backend
-        (a writer killed, or dead)."""
-        lost: dict[str, int] = {}
-        starting: list[str] = []  # writers left to finish their start and write by themselves
-        for writer in self.writers:
-            writer.stopping = True
-            writer.close_pipe()
-            writer.sending = False
-        for writer in self.writers:
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            try:
-                writer.process.wait(timeout=left)
-            except subprocess.TimeoutExpired:
-                if writer.ready is None and writer.process.poll() is None:
-                    starting.append(writer.name)  # module docstring: it goes on by itself
-                    continue
-                if patient and _wait_while_progressing(writer):
-                    continue
-                writer.stop_now()
-                pending = writer.pending(sent)
-                if pending:
-                    lost[writer.name] = lost.get(writer.name, 0) + pending
-                    logger.error("backend %r: its writer process did not finish within "
-                                 "close(timeout=%s) and was killed", writer.name, timeout)
-                else:  # every call was written: only the SDK's own finish was cut short
-                    logger.warning(
-                        "backend %r: every call was written, nothing logged was lost; its "
-                        "writer process was still finishing the run in its SDK when "
-                        "close(timeout=%s) ran out and was stopped (the run may not be marked "
-                        "finished)", writer.name, timeout)
-        if starting:
-            logger.warning(
-                "backend(s) %s: the writer process was still starting when close(timeout=%s) "
-                "ran out; it writes everything logged once started, then exits by itself "
-                "(at most %.0f s after this process ends)", ", ".join(map(repr, starting)), timeout,
-                START_SECONDS + DRAIN_SECONDS)
-        self.starting = starting
-        if self._reader is not None:  # it passes on a starting writer's output until its end
-            self._reader.join(timeout=10 if not starting or deadline is None
-                              else max(0.0, deadline - time.monotonic()))
-        for writer in self.writers:
-            held = writer.pending(sent)
-            if writer.dead and held:  # what it held when it died, and what was sent after
-                lost[writer.name] = lost.get(writer.name, 0) + held
-        return lost
-
-    def abandon(self) -> None:
-        """Kill and reap every writer launched (writers cannot be started here after all)."""
-        for writer in self.writers:
-            writer.stop_now()
-        self.writers = []
-
-    def forget(self) -> None:
-        """In a forked child: close the inherited pipes of every writer (``forget``)."""
-        for writer in self.writers:
-            writer.forget()
-        self.writers = []
-
-
-def _wait_while_progressing(writer: WriterChannel) -> bool:
-    """Past the core's exit limit: wait for ``writer`` while it makes progress (``wire.Progress``:
-    calls handled moving, or a closing hook running for less than ``wire.CLOSE_HOOK_SECONDS``);
-    whether it exited. The platform's own SIGKILL (Slurm's ``KillWait``, Kubernetes's grace
-    period, 30 s by default) may come first: the writer then dies of it, as it would anyway."""
-    progress = wire.Progress(writer.shared)
-    while not progress.stalled():
-        try:
-            writer.process.wait(timeout=0.25)
-            return True
-        except subprocess.TimeoutExpired:
-            continue
-    return writer.process.poll() is not None
-
-
 @contextlib.contextmanager
 def _sigterm_blocked() -> Any:
     """Block SIGTERM on this thread meanwhile (a SIGTERM that comes is delivered after)."""
@@ -659,29 +426,8 @@ def _sigterm_blocked() -> Any:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
 
 
-def _pass_on(chunk: bytes) -> None:
-    """A writer's output (an SDK's messages) to this process's ``sys.stderr``."""
-    stream = sys.stderr
-    if stream is None:
-        return
-    with contextlib.suppress(Exception):
-        stream.write(chunk.decode(errors="replace"))
-        stream.flush()
-
-
 def nothing(**kwargs: Any) -> None:
     """Stands for a hook that runs in the writer process (``MediaRoutes`` needs a callable)."""
-
-
-def start_slots() -> int:
-    """Writers that import and start their backend at the same time when ``Monitor()`` does
-    not wait for them (``WriterHost.launch``): the CPUs this process may run on (its affinity:
-    a Slurm or cgroup cpuset), less one for the training loop, and at least one."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cpus = os.cpu_count() or 1
-    return max(1, cpus - 1)
 
 
 def journal_root() -> str | None:

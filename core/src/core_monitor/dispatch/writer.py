@@ -422,7 +422,7 @@ class Writer:
         return True
 
     def take_start_slot(self) -> int:
-        """Wait for this writer's start slot (``processes.WriterHost.launch``: an ``flock`` on
+        """Wait for this writer's start slot (``host.WriterHost.launch``: an ``flock`` on
         a ``memfd`` shared with the writers started after it); the descriptor holding it, or
         -1 when it has none (or the lock cannot be taken: it starts at once)."""
         inherited, self.start_slot = self.start_slot, -1
