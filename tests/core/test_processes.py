@@ -552,6 +552,22 @@ def test_a_start_failure_is_a_warning_at_the_next_call_and_the_others_lose_nothi
 
 
 @pytest.mark.process
+def test_flush_after_a_start_failure_reports_the_failure_not_a_timeout(make):
+    """A writer whose start failed has ended, so its flush request cannot be written: it is
+    not waited for (it holds nothing), and ``flush()`` reports the start failure, never a
+    ``FlushTimeout`` saying ``flush(timeout=None)`` ran out of time."""
+    monitor = make(dispatch="process", faulty={"bad": True}, wait=False)
+    writer = next(w for w in monitor._dispatch.writers if w.name == "faulty")
+    writer.process.wait(timeout=60)  # it ended after its start failed
+    with pytest.warns(BackendWarning, match="'faulty' failed in start: ConfigError"):
+        monitor.flush()
+    monitor.log({"x": 1.0}, step=1)
+    monitor.close()
+    assert monitor.failures == {"faulty": 1}
+    assert jsonl_steps(monitor) == [1]
+
+
+@pytest.mark.process
 def test_wait_false_still_reports_a_log_dir_that_is_a_file_in_monitor(make, tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")

@@ -304,23 +304,24 @@ class WriterChannel(Channel):
             self.control(("unskip", {"to": to}))
             self.skipping = None
 
-    def request_flush(self) -> int | None:
+    def request_flush(self) -> int:
         """A flush request on the control pipe, naming the journal's next record (the writer
         places it after every call logged before it); the marker to wait for, ``0`` for a
-        writer no longer sent to, ``None`` when the request could not be written."""
+        writer no longer sent to. A request that cannot be written (the writer ended, e.g.
+        after its start failed, or it is hung with its pipe full) still gives the marker:
+        ``wait_flushed`` returns once the writer is known to answer no more (its failure
+        reported as that), or is late at the deadline."""
         if not self.sending:
             return 0
         self.marker += 1
-        return self.marker if self.control(("flush", {"marker": self.marker,
-                                                       "seq": self.journal.next_seq})) else None
+        self.control(("flush", {"marker": self.marker, "seq": self.journal.next_seq}))
+        return self.marker
 
-    def wait_flushed(self, ticket: int | None, deadline: float | None) -> bool:
+    def wait_flushed(self, ticket: int, deadline: float | None) -> bool:
         """Wait for the writer's answer to flush ``ticket``, until ``deadline``. A writer that
         will never answer is not waited for: one that failed to start (its failure was
         reported as that; it holds nothing), or whose process has ended for any reason (what
         it held is counted at ``close``). Whether nothing is late."""
-        if ticket is None:
-            return False
         with self.changed:
             while self.flushed < ticket and not self.answerless():
                 left = None if deadline is None else deadline - time.monotonic()
