@@ -20,6 +20,7 @@ import threading
 import time
 import urllib.request
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import ClassVar
 
@@ -547,6 +548,59 @@ def test_a_rank_above_zero_logs_its_own_run(monitor_factory, mlflow_server, monk
     assert monitor.run.group is not None
     assert found.data.tags["job.group"] == monitor.run.group
     assert read_rows(monitor.run, tracking_uri=mlflow_server.uri) == [("loss", 4, 1.0)]
+
+
+#: One process of ``test_processes_creating_one_new_store_at_once_each_write_their_run``: it
+#: imports MLflow and the plugin, says it is ready (a file), waits for the file ``go``, then
+#: constructs the backend on the shared log_dir (which creates the store) and logs 5 steps.
+RACER = """
+import sys, time
+from pathlib import Path
+from core_monitor import Event, RunInfo
+from mlflow_monitor import MlflowMonitor
+import mlflow.store.tracking.sqlalchemy_store  # the slow imports, before the start line
+log_dir, index = Path(sys.argv[1]), int(sys.argv[2])
+(log_dir.parent / f"ready{index}").touch()
+while not (log_dir.parent / "go").exists():
+    time.sleep(0.001)
+backend = MlflowMonitor(RunInfo(project="race", name=f"p{index}", log_dir=log_dir))
+backend.monitor_write([Event("loss", index * 100.0 + step, step, 1.0e9 + step)
+                       for step in range(5)])
+backend.monitor_close()
+"""
+
+
+@pytest.mark.heavy
+def test_processes_creating_one_new_store_at_once_each_write_their_run(tmp_path):
+    """Ranks of a job, or monitors sharing a log_dir, create its local store at the same
+    moment: MLflow's migrations, run by each process that finds the tables missing, broke
+    one another ("Online migration expected to match one row ... 0 found", "duplicate column
+    name"); the store's creation is now serialised by a lock beside the database."""
+    import mlflow
+
+    log_dir, count = tmp_path / "logs", 4
+    with ThreadPoolExecutor(count) as pool:
+        racing = [pool.submit(run_python, RACER, log_dir, index, check=False, timeout=240)
+                  for index in range(count)]
+        deadline = time.monotonic() + 240
+        while sum(1 for p in tmp_path.glob("ready*")) < count and not any(
+                r.done() for r in racing):
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        (tmp_path / "go").touch()
+        done = [r.result() for r in racing]
+    for process in done:
+        assert process.returncode == 0, process.stderr[-3000:]
+    client = mlflow.MlflowClient(local_store_uri(log_dir))
+    experiment = client.get_experiment_by_name("race")
+    runs = client.search_runs([experiment.experiment_id])
+    assert sorted(r.info.run_name for r in runs) == [f"p{index}" for index in range(count)]
+    for found in runs:
+        index = int(found.info.run_name[1:])
+        assert found.info.status == "FINISHED"
+        history = client.get_metric_history(found.info.run_id, "loss")
+        assert [(m.step, m.value) for m in history] == [
+            (step, index * 100.0 + step) for step in range(5)]
 
 
 def test_the_users_own_active_run_is_left_alone(tmp_path, monkeypatch, sqlite_uri):

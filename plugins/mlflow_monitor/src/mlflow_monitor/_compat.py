@@ -13,16 +13,28 @@ So, on first use, each of those objects in ``mlflow.utils.rest_utils`` is wrappe
 ``_ThreadOverride`` that answers ``.get()`` with a value set by ``request_limits`` for the
 current thread only, and with the variable's own value everywhere else. MLflow calls made by
 the user, or by this plugin outside ``request_limits``, see exactly what they saw before.
+
+``open_client`` makes every ``MlflowClient`` of the plugin (backend and readers). For a SQLite
+store it holds ``storage.store_lock`` around the client's construction, where MLflow builds the
+store (``TrackingServiceClient.__init__`` fetches it: ``SqlAlchemyStore.__init__`` creates the
+tables and runs the migrations of a store that lacks them), and around one read, which builds
+it under the lock should a later MLflow build it lazily. It imports MLflow's SQL store module
+(SQLAlchemy, Alembic: about a second) before taking the lock, so that processes opening an
+existing store wait for each other only for its check (0.1 to 0.5 s each,
+measured on 2 busy cores).
 """
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from types import ModuleType
 from typing import Any
+
+from .storage import sqlite_database, store_lock
 
 #: The MLflow versions this plugin is tested with (``nox -s lowest`` runs the lowest,
 #: ``nox -s newest`` the newest on the index). The install requirement names only the lowest;
@@ -159,3 +171,33 @@ def request_time_bound(timeout: float, max_retries: int) -> float:
     (0, 2, 4, ... seconds)."""
     backoff = sum(BACKOFF_FACTOR * 2 ** (n - 1) for n in range(2, max_retries + 1))
     return (max_retries + 1) * timeout + backoff
+
+
+def open_client(tracking_uri: str | None) -> Any:
+    """``mlflow.MlflowClient(tracking_uri=tracking_uri)``; a SQLite store's creation under
+    ``storage.store_lock``, so that processes opening one new store at once do not break
+    MLflow's migrations (see the module docstring). ``check()`` must have run first.
+
+    Args:
+        tracking_uri: as ``MlflowClient`` takes it; ``None``: MLflow's resolution (a URI the
+            user set, else MLflow's default, ``sqlite:///mlflow.db`` in the current directory).
+
+    Returns:
+        The client.
+
+    Raises:
+        Whatever ``MlflowClient`` raises (a URI of no known scheme, a database that cannot be
+        opened or has an out-of-date schema); the lock is released first. Blocks while
+        another process creates the same SQLite store.
+    """
+    import mlflow
+
+    database = sqlite_database(tracking_uri or mlflow.get_tracking_uri())
+    if database is None:
+        return mlflow.MlflowClient(tracking_uri=tracking_uri)
+    with suppress(ImportError):  # the slow imports, outside the lock
+        importlib.import_module("mlflow.store.tracking.sqlalchemy_store")
+    with store_lock(database):
+        client = mlflow.MlflowClient(tracking_uri=tracking_uri)
+        client.search_experiments(max_results=1)
+    return client

@@ -242,9 +242,10 @@ class MlflowMonitor:
                                     f"{str(run.log_dir / 'mlflow' / 'mlflow.db')!r}")
             (run.log_dir / "mlflow").mkdir(parents=True, exist_ok=True)
             tracking_uri = local_store_uri(run.log_dir)
-        # a new local store logs its table creation
+        # a new local store logs its table creation; a SQLite store is created under a lock
+        # shared with the other processes opening it (_compat.open_client)
         with hidden(quiet, loggers=QUIET_LOGGERS, env=QUIET_ENV):
-            self._client = mlflow.MlflowClient(tracking_uri=tracking_uri)
+            self._client = _compat.open_client(tracking_uri)
         #: The tracking URI in use (MLflow's resolution when none was given).
         self.tracking_uri = self._client.tracking_uri
         #: The run's id and experiment's id; ``None`` until the server created the run.

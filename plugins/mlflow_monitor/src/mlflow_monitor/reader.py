@@ -50,7 +50,7 @@ def client_for(run: RunInfo, tracking_uri: str | None = None) -> Any:
         if not database.exists():
             raise FileNotFoundError(f"no MLflow store at {str(database)!r}")
         tracking_uri = local_store_uri(run.log_dir)
-    return mlflow.MlflowClient(tracking_uri=tracking_uri)
+    return _compat.open_client(tracking_uri)
 
 
 def find_run(

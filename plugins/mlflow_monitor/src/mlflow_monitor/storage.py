@@ -28,6 +28,10 @@ naming), a text ``text/<key, "/" as "~">+step+<step>+timestamp+<ms>.md`` (``text
 
 The run's name is ``RunInfo.ranked_name`` (``<name>-rank<k>`` on a rank k > 0). The backend,
 the readers and the media writer all import this module, and it imports none of them.
+
+A SQLite store is created, and its schema migrated, by the first ``MlflowClient`` of a process
+that opens it; two processes doing so at once break MLflow's migrations (``store_lock``: the
+file ``<database>.lock`` beside the database serialises it, ``_compat.open_client`` holds it).
 """
 
 from __future__ import annotations
@@ -38,8 +42,11 @@ import os
 import posixpath
 import re
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 #: Prefix of an escaped key (see the module docstring).
 ESCAPE = "::"
@@ -155,6 +162,61 @@ def sqlite_artifact_root(tracking_uri: str) -> str | None:
     if database in ("", ":memory:"):
         return None
     return (Path(database).absolute().parent / "artifacts").as_posix()
+
+
+def sqlite_database(tracking_uri: str) -> Path | None:
+    """The database file of a ``sqlite:///<path>`` tracking URI as SQLAlchemy opens it: the
+    path percent-decoded and made absolute (a relative one is relative to the current
+    directory); ``None`` for any other URI, an in-memory database (``sqlite://``,
+    ``sqlite:///:memory:``) or a SQLite URI filename (``sqlite:///file:...?uri=true``)."""
+    if not tracking_uri.startswith("sqlite:///"):
+        return None
+    database, _, query = tracking_uri[len("sqlite:///") :].partition("?")
+    database = unquote(database)
+    if database in ("", ":memory:") or "uri=true" in query.lower():
+        return None
+    return Path(database).absolute()
+
+
+@contextmanager
+def store_lock(database: Path) -> Iterator[bool]:
+    """Hold an exclusive lock, between processes, on the SQLite store ``database``.
+
+    The lock is ``fcntl.flock`` on the file ``<database>.lock`` (created beside the database,
+    with the database's folder, when missing; never removed): MLflow creates a store's tables
+    and runs its Alembic migrations in the first ``MlflowClient`` of each process that finds
+    them missing, and two processes doing so at once fail ("Online migration expected to match
+    one row ... in 'alembic_version'; 0 found", "duplicate column name"). Blocks, without a
+    time limit, while another process holds it. Threads of one process exclude each other too
+    (each ``with`` opens the file anew).
+
+    Args:
+        database: the database file (``sqlite_database``).
+
+    Yields:
+        ``True`` while the lock is held; ``False`` when it could not be taken (a folder this
+        process cannot write, a file system without ``flock``): the block then runs unlocked,
+        as it would without this lock, rather than failing.
+    """
+    import fcntl  # POSIX only: the plugin supports Linux
+
+    try:
+        database.parent.mkdir(parents=True, exist_ok=True)
+        descriptor = os.open(f"{database}.lock", os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError:
+        descriptor = -1
+    if descriptor < 0:
+        yield False
+        return
+    try:
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX)
+            locked = True
+        except OSError:  # e.g. ENOLCK: an NFS mount without locking
+            locked = False
+        yield locked
+    finally:
+        os.close(descriptor)  # releases the lock
 
 
 _MEDIA_KEY = re.compile(r"[A-Za-z0-9_\-./ ]+")
