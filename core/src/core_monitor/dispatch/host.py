@@ -251,12 +251,11 @@ class WriterHost:
         return replaced
 
     def move_to(self, journal: Journal) -> None:
-        """The live writers go on reading ``journal`` (the run's failed: a ``journal``
-        request naming its folder and next record)."""
+        """The live writers go on reading ``journal`` (the run's failed: a
+        ``wire.MoveJournal`` request naming its folder and next record)."""
         for writer in self.live:
             writer.journal = journal
-            writer.control(("journal", {"folder": str(journal.folder),
-                                        "seq": journal.next_seq}))
+            writer.control(wire.MoveJournal(str(journal.folder), journal.next_seq))
 
     # The reply thread --------------------------------------------------------------------
 
@@ -287,29 +286,30 @@ class WriterHost:
                     self._on_reply(writer, message)
 
     def _on_reply(self, writer: WriterChannel, message: tuple[Any, ...]) -> None:
-        kind = message[0]
+        """Handle one reply of ``writer`` (a record of ``wire``'s process boundary)."""
         strict = self.policy.strict
-        if kind == "failed":
-            error = wire.rebuild_exception(message[2], strict=strict)
-            self.policy.failed_elsewhere(writer.name, message[1], error,
+        if isinstance(message, wire.Failed):
+            error = wire.rebuild_exception(message.error, strict=strict)
+            self.policy.failed_elsewhere(writer.name, message.hook, error,
                                          "in its writer process")
-        elif kind == "warning":
-            self.policy.warn_later(message[1], wire.warning_category(message[2], message[3]))
-        elif kind in ("flushed", "closed"):
+        elif isinstance(message, wire.Warned):
+            self.policy.warn_later(message.message,
+                                   wire.warning_category(message.type_path, message.base))
+        elif isinstance(message, (wire.Flushed, wire.Closed)):
             with writer.changed:
-                if kind == "flushed":
-                    writer.flushed = message[1]
-                writer.handled = message[-1]
+                if isinstance(message, wire.Flushed):
+                    writer.flushed = message.marker
+                writer.handled = message.handled
                 writer.changed.notify_all()
-        elif kind == "ending":
-            writer.ending = message[1]
-        elif kind == "ready":
+        elif isinstance(message, wire.Ending):
+            writer.ending = message.why
+        elif isinstance(message, wire.Ready):
             with writer.changed:
-                writer.facts.update(message[1])
+                writer.facts.update(message.facts)
                 writer.ready = True
                 writer.changed.notify_all()
-        elif kind == "start_failed":
-            error = wire.rebuild_exception(message[1], strict=True)
+        elif isinstance(message, wire.StartFailed):
+            error = wire.rebuild_exception(message.error, strict=True)
             with writer.changed:
                 writer.ready = error
                 writer.changed.notify_all()

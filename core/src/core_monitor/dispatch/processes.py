@@ -108,6 +108,9 @@ DROP_GRACE_SECONDS = 0.05
 SMALL_BOUND = 64 * 1024
 #: Seconds of the first nap while waiting for a writer to read (``WriterChannel.wait_room``).
 FIRST_NAP_SECONDS = 0.0001
+#: The ``wire.Wake`` request, encoded once (it may go with every call to a writer with a small
+#: bound).
+_WAKE = wire.encode(wire.Wake())
 _F_SETPIPE_SZ = 1031  # fcntl.F_SETPIPE_SZ (Linux; in the fcntl module from Python 3.10)
 
 
@@ -170,10 +173,9 @@ class WriterChannel(Channel):
         self.ended = False  # its reply pipe closed: the process exited, whatever the reason
         self.ending: str | None = None  # why the writer said it ends by itself, if it did
         self.changed = threading.Condition()
-        start = wire.encode(("start", spec.cls.__module__, spec.cls.__qualname__, spec.name,
-                             run, dict(spec.options),
-                             (str(journal.folder), journal.next_seq, since, ephemeral, limit,
-                              start_slot)))
+        start = wire.encode(wire.Start(spec.cls.__module__, spec.cls.__qualname__, spec.name,
+                                       run, dict(spec.options), str(journal.folder),
+                                       journal.next_seq, since, ephemeral, limit, start_slot))
         control_read, self.control_fd = os.pipe()
         self.reply_fd, reply_write = os.pipe()
         self.output_fd, output_write = os.pipe()
@@ -239,7 +241,7 @@ class WriterChannel(Channel):
         read = self.shared.read_bytes if self.shared is not None else -1
         if read < 0 or read != self.woken_at:
             self.woken_at = read
-            self.control(("wake", {}))
+            self.send(_WAKE)
 
     def room(self, size: int) -> bool:
         """Whether a record of ``size`` bytes keeps the writer within its ``limit`` (a record
@@ -295,13 +297,13 @@ class WriterChannel(Channel):
         it, or its budget spent): a ``skip`` request, once per run of skipped calls."""
         if self.skipping is None:
             self.skipping = seq
-            self.control(("skip", {"from": seq}))
+            self.control(wire.Skip(seq))
 
     def unskip(self, to: int) -> None:
         """The current run of skipped calls (``skip_from``) ends before the journal's record
         ``to``: an ``unskip`` request; nothing when no call is skipped."""
         if self.skipping is not None:
-            self.control(("unskip", {"to": to}))
+            self.control(wire.Unskip(to))
             self.skipping = None
 
     def request_flush(self) -> int:
@@ -314,7 +316,7 @@ class WriterChannel(Channel):
         if not self.sending:
             return 0
         self.marker += 1
-        self.control(("flush", {"marker": self.marker, "seq": self.journal.next_seq}))
+        self.control(wire.Flush(self.marker, self.journal.next_seq))
         return self.marker
 
     def wait_flushed(self, ticket: int, deadline: float | None) -> bool:
@@ -344,7 +346,7 @@ class WriterChannel(Channel):
     def request_stop(self, reason: str | None) -> None:
         """The stop request, on the control pipe, never waiting (``stopping`` is set by the
         fan-out for every writer first)."""
-        self.control(("stop", {"reason": reason, "seq": self.journal.next_seq}))
+        self.control(wire.Stop(reason, self.journal.next_seq))
 
     def forget(self) -> None:
         """Close the inherited pipes: the child neither writes to the writer nor keeps it
@@ -363,14 +365,19 @@ class WriterChannel(Channel):
         self.kill()
         self.process.wait()
 
-    def control(self, message: tuple[str, dict[str, Any]]) -> bool:
-        """Write a control frame (flush, stop) into the control pipe, never waiting: it holds
-        only control frames, so it is full only when the writer has not read hundreds of
-        them (it is hung). Whether the frame was written."""
+    def control(self, request: tuple[Any, ...]) -> bool:
+        """Write ``request`` (a record of ``wire``'s process boundary: ``wire.Flush``,
+        ``wire.Stop``, ...) into the control pipe, never waiting: it holds only requests, so it
+        is full only when the writer has not read hundreds of them (it is hung). Whether it
+        was written."""
+        return self.send(wire.encode(request))
+
+    def send(self, frame: bytes) -> bool:
+        """Write an encoded request into the control pipe (``control``)."""
         if self.control_fd < 0:
             return False
         try:
-            return os.write(self.control_fd, wire.encode(message)) > 0
+            return os.write(self.control_fd, frame) > 0
         except OSError:
             return False
 

@@ -4,8 +4,9 @@ A frame is ``<pickle length: u32><buffer count: u32>[<buffer length: u64> ...]``
 (protocol 5) of ``(hook, kwargs)``, then the out-of-band buffers (numpy arrays of media values,
 sent without a copy into a ``bytes`` object). A 10-scalar ``log()`` call is one frame of about
 300 bytes; each call's frame is the payload of one record of the run's journal
-(``core_monitor.journal``), which writers read. Control requests and replies from a writer
-use the same frames on pipes.
+(``core_monitor.journal``), which writers read. Requests to a writer and its replies use the
+same frames on pipes, each one of the records of "The process boundary" below (``Start``,
+``Flush``, ..., ``Ready``, ``Flushed``, ...).
 
 Exceptions cross as ``exception_parts`` (the pickled exception when it pickles, the traceback
 text, the class's qualified name, the message) and are rebuilt by ``rebuild_exception`` with
@@ -26,7 +27,7 @@ import time
 import traceback
 from collections.abc import Iterator
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NamedTuple
 
 from .. import shutdown
 from ..errors import BackendError, RemoteTraceback
@@ -171,6 +172,138 @@ class Progress:
         if shared.finishing:
             return shared.busy and now - shared.busy_since >= CLOSE_HOOK_SECONDS
         return now - self.moved >= PROGRESS_SECONDS
+
+
+# The process boundary ------------------------------------------------------------------------
+#
+# A writer and the training process talk in frames (``encode``/``Frames``) on two pipes, each
+# message one of the small records below (named tuples: they pickle as their class, which both
+# sides import with this module). The calls themselves travel in the journal, not here
+# (``encode_call``).
+#
+# ==================  ============================================================  ==========
+# request             meaning (training process -> writer, control pipe)            placed
+# ==================  ============================================================  ==========
+# ``Start``           the backend, the run, the journal to read                     at once
+# ``Wake``            read the journal now (past the size trigger)                  at once
+# ``Skip``            calls from ``first`` on are not for this writer                at once
+# ``Unskip``          ... up to ``to``                                              at once
+# ``MoveJournal``     the run's journal failed: go on in ``folder`` from ``seq``    at once
+# ``Flush``           flush, then answer ``Flushed(marker)``                        at ``seq``
+# ``Stop``            nothing more comes: write everything, close, exit             at ``seq``
+# ==================  ============================================================  ==========
+#
+# A request placed "at ``seq``" is handled after every call logged before it (the journal's
+# record ``seq`` is the first one after it). Replies (writer -> training process, reply pipe):
+# ``Ready``, ``StartFailed``, ``Failed``, ``Warned``, ``Flushed``, ``Closed``, ``Ending``.
+
+
+class Start(NamedTuple):
+    """Start the backend ``module:qualname`` as ``name`` for ``run`` with ``options``, reading
+    the journal in ``folder`` (its first record ``first``; from ``since``, its backend's
+    cursor, for a writer started again, else from ``first``), ``limit`` bytes behind at most
+    (``ephemeral``: the monitor's own journal); ``start_slot``: the ``memfd`` to ``flock``
+    before importing the backend, or -1."""
+
+    module: str
+    qualname: str
+    name: str
+    run: Any
+    options: dict[str, Any]
+    folder: str
+    first: int
+    since: int | None
+    ephemeral: bool
+    limit: int
+    start_slot: int
+
+
+class Wake(NamedTuple):
+    """Read the journal now (the training process saw the writer past its size trigger)."""
+
+
+class Skip(NamedTuple):
+    """The calls from the journal's record ``first`` on are not for this writer (dropped for
+    it, or its budget spent), until an ``Unskip``."""
+
+    first: int
+
+
+class Unskip(NamedTuple):
+    """The calls skipped since the last ``Skip`` end before the journal's record ``to``."""
+
+    to: int
+
+
+class MoveJournal(NamedTuple):
+    """The run's journal failed: read the journal in ``folder`` from its record ``seq`` on."""
+
+    folder: str
+    seq: int
+
+
+class Flush(NamedTuple):
+    """Flush the backend once every call before the journal's record ``seq`` is written, then
+    answer ``Flushed(marker, ...)``."""
+
+    marker: int
+    seq: int
+
+
+class Stop(NamedTuple):
+    """Nothing more comes after the journal's record ``seq``: write everything, close the
+    backend (``monitor_crash`` first when ``reason``, e.g. SIGTERM, says why) and exit."""
+
+    reason: str | None
+    seq: int
+
+
+class Ready(NamedTuple):
+    """The backend started; ``facts``: what it told (``{"state": (resumed, last_step),
+    "started": (began, ended)}``, ``time.monotonic()`` seconds)."""
+
+    facts: dict[str, Any]
+
+
+class StartFailed(NamedTuple):
+    """The backend's start raised (``exception_parts``); the writer exits."""
+
+    error: tuple[bytes | None, str, str, str]
+
+
+class Failed(NamedTuple):
+    """The backend's ``hook`` raised (``exception_parts``)."""
+
+    hook: str
+    error: tuple[bytes | None, str, str, str]
+
+
+class Warned(NamedTuple):
+    """A warning issued in the writer (``warning_parts``), for the training process to
+    issue."""
+
+    message: str
+    type_path: str
+    base: str
+
+
+class Flushed(NamedTuple):
+    """The flush ``marker`` is done; ``handled``: calls handled so far."""
+
+    marker: int
+    handled: int
+
+
+class Closed(NamedTuple):
+    """The backend is closed; ``handled``: calls handled in all."""
+
+    handled: int
+
+
+class Ending(NamedTuple):
+    """The writer ends by itself, and why (its training process died, or SIGTERM)."""
+
+    why: str
 
 
 #: The hook name of a frame holding a ``monitor_write`` batch as its rows (``Batch.rows``):

@@ -197,13 +197,14 @@ class Writer:
         self.stored: set[int] = set()
         self.held: dict[int, Any] = {}
         self.skips: list[list[int | None]] = []  # [from, to) ranges of calls not for it
-        self.moves: list[dict[str, Any]] = []  # journals to go on in, from a seq on
+        self.moves: list[wire.MoveJournal] = []  # journals to go on in, from a seq on
         self.moved_bytes = 0  # bytes read in journals left behind
 
     # Replies -----------------------------------------------------------------------------
 
-    def reply(self, *message: Any) -> None:
-        """Send ``message`` to the training process; silently nothing once it is gone."""
+    def reply(self, message: tuple[Any, ...]) -> None:
+        """Send ``message`` (a reply record of ``wire``'s process boundary: ``wire.Ready``,
+        ``wire.Flushed``, ...) to the training process; silently nothing once it is gone."""
         if self.replies_broken:
             return
         frame = memoryview(wire.encode(message))
@@ -217,7 +218,7 @@ class Writer:
     def forward_warning(self, message: Warning | str, category: type[Warning], filename: str,
                         lineno: int, file: Any = None, line: str | None = None) -> None:
         """``warnings.showwarning`` in the writer: the training process issues it."""
-        self.reply("warning", *wire.warning_parts(message, category))
+        self.reply(wire.Warned(*wire.warning_parts(message, category)))
 
     # The reader thread ---------------------------------------------------------------------
 
@@ -257,12 +258,12 @@ class Writer:
             calls = self.read_journal()
             if control_open:
                 control_open = self.read_control(controls, waiting)
-                stopped = stopped or any(request[0] == "stop" for request in waiting)
+                stopped = stopped or any(type(request) is wire.Stop for request in waiting)
             if calls:
                 found_at = now
                 self.hand_over(calls)
             if waiting and self.tail is not None:
-                placed = [r for r in waiting if r[1].get("seq", 0) <= self.tail.seq]
+                placed = [r for r in waiting if r.seq <= self.tail.seq]
                 for request in placed:  # after everything logged before it
                     self.inbox.put("control", request)
                 waiting = [r for r in waiting if r not in placed]
@@ -305,25 +306,25 @@ class Writer:
                 return False
             controls.feed(chunk)
             for request in controls:
-                kind = request[0]
-                if kind == "start":
+                if type(request) is wire.Start:
                     self.open_journal(request)
                     self.inbox.put("start", request)
-                elif kind == "skip":  # calls from ``from`` on are not for this writer
-                    self.skips.append([request[1]["from"], None])
-                    self.inbox.put("control", ("gap", {"seq": request[1]["from"]}))
-                elif kind == "unskip":  # ... up to ``to``
+                elif type(request) is wire.Skip:  # calls from ``first`` on are not for it
+                    self.skips.append([request.first, None])
+                    self.inbox.put("control", request)  # caps its cursor, in order
+                elif type(request) is wire.Unskip:  # ... up to ``to``
                     if self.skips and self.skips[-1][1] is None:
-                        self.skips[-1][1] = request[1]["to"]
-                elif kind == "journal":  # the monitor's journal failed: it goes on in another
-                    self.moves.append(request[1])
-                elif kind in ("flush", "stop"):
+                        self.skips[-1][1] = request.to
+                elif type(request) is wire.MoveJournal:  # the monitor's journal failed
+                    self.moves.append(request)
+                elif type(request) in (wire.Flush, wire.Stop):
                     waiting.append(request)
-                # "wake": nothing to do, the journal is read right after
+                # ``wire.Wake``: nothing to do, the journal is read right after
 
-    def open_journal(self, start: Any) -> None:
-        """Follow the journal the start frame names, from the cursor or the first call."""
-        folder, self.base, since, self.ephemeral, limit, self.start_slot = start[-1]
+    def open_journal(self, start: wire.Start) -> None:
+        """Follow the journal the start request names, from the cursor or the first call."""
+        folder, self.base, since = start.folder, start.first, start.since
+        self.ephemeral, limit, self.start_slot = start.ephemeral, start.limit, start.start_slot
         # What this writer holds beyond what the training process counts it behind (its
         # limit again, as a pipe and its reader's buffer were before the journal).
         self.inbox.limit = min(INBOX_BYTES, limit + mmap.PAGESIZE)
@@ -342,12 +343,12 @@ class Writer:
         if not room:
             return []
         calls = tail.take(room)
-        if self.moves and tail.seq >= self.moves[0]["seq"]:
+        if self.moves and tail.seq >= self.moves[0].seq:
             move = self.moves.pop(0)
             self.moved_bytes += tail.bytes
             tail.close()
-            self.journal = move["folder"]
-            self.tail = jr.Tail(move["folder"], move["seq"])
+            self.journal = move.folder
+            self.tail = jr.Tail(move.folder, move.seq)
             tail = self.tail
             calls += tail.take(room)
         if self.shared is not None:
@@ -375,9 +376,9 @@ class Writer:
 
     # Start -------------------------------------------------------------------------------
 
-    def read_start(self) -> Any:
-        """Block until the start frame arrived; ``None`` when the training process ended
-        first. What came with it waits in ``backlog``."""
+    def read_start(self) -> wire.Start | None:
+        """Block until the start request (``wire.Start``) arrived; ``None`` when the training
+        process ended first. What came with it waits in ``backlog``."""
         while True:
             items = self.inbox.take(1.0)
             for at, (kind, value) in enumerate(items):
@@ -388,11 +389,12 @@ class Writer:
                     return None
 
     def start(self) -> bool:
-        """Construct the backend from the start frame; reply ready or the failure."""
+        """Construct the backend the start request names; reply ready or the failure."""
         message = self.read_start()
         if message is None:
             return False
-        _, module, qualname, name, run, options, _journal = message
+        module, qualname, name = message.module, message.qualname, message.name
+        run, options = message.run, message.options
         with contextlib.suppress(OSError):  # held until this process ends: no sync beside
             self.cursor_lock = hold(self.journal or "", name)
         slot = self.take_start_slot()
@@ -407,7 +409,7 @@ class Writer:
             MediaRoutes().add(name, getattr(cls, "media_kinds", ()), backend.hooks)
             ended = time.monotonic()  # before the slot is let go
         except BaseException as error:
-            self.reply("start_failed", wire.exception_parts(error))
+            self.reply(wire.StartFailed(wire.exception_parts(error)))
             return False
         finally:
             if slot >= 0:
@@ -417,8 +419,8 @@ class Writer:
         self.flush_confirms = flush_confirms(cls)
         # ``started``: when the start began and ended (``time.monotonic()``, system-wide on
         # Linux), after the wait for a start slot.
-        self.reply("ready", {"state": backend_state(backend.instance),
-                             "started": (began, ended)})
+        self.reply(wire.Ready({"state": backend_state(backend.instance),
+                               "started": (began, ended)}))
         return True
 
     def take_start_slot(self) -> int:
@@ -451,19 +453,19 @@ class Writer:
         assert self.spec is not None
         name, cls, run, options = self.spec
         if self.journal is None or self.tracker_restarts >= TRACKER_RESTARTS:
-            self.reply("failed", hook, wire.exception_parts(error))
+            self.reply(wire.Failed(hook, wire.exception_parts(error)))
             return False
         self.tracker_restarts += 1
-        self.reply("warning", *wire.warning_parts(
+        self.reply(wire.Warned(*wire.warning_parts(
             f"backend {name!r}: {error}; started again at its cursor, continuing the run "
-            f"(restart {self.tracker_restarts} of {TRACKER_RESTARTS})", BackendWarning))
+            f"(restart {self.tracker_restarts} of {TRACKER_RESTARTS})", BackendWarning)))
         cursor = jr.read_cursor(self.journal, name)
         try:
             again = self.continued(run, name, options, cursor)
             backend = start_backend(new_manager(), name, cls, again, options)
             MediaRoutes().add(name, getattr(cls, "media_kinds", ()), backend.hooks)
         except Exception as failure:
-            self.reply("failed", hook, wire.exception_parts(failure))
+            self.reply(wire.Failed(hook, wire.exception_parts(failure)))
             return False
         self.backend = backend
         upto = self.next_seq if self.current is None else self.current
@@ -513,15 +515,14 @@ class Writer:
                 if kind == "call":
                     self.handle(*value)
                 elif kind == "control":
-                    hook, kwargs = value
-                    if hook == "stop":
-                        return kwargs.get("reason")
-                    if hook == "gap":
-                        self.capped(kwargs["seq"])
+                    if type(value) is wire.Stop:
+                        return value.reason
+                    if type(value) is wire.Skip:
+                        self.capped(value.first)
                         continue
                     if self.call("monitor_flush", {}) and self.flush_confirms:
                         self.confirm()
-                    self.reply("flushed", kwargs["marker"], self.handled)
+                    self.reply(wire.Flushed(value.marker, self.handled))
                 elif kind == "end":
                     return value
             if items:
@@ -582,7 +583,7 @@ class Writer:
         except TrackerLost as error:
             return self.start_again(hook, kwargs, error)
         except Exception as error:
-            self.reply("failed", hook, wire.exception_parts(error))
+            self.reply(wire.Failed(hook, wire.exception_parts(error)))
             return False
         finally:
             if shared is not None:
@@ -600,7 +601,7 @@ class Writer:
             self.call("monitor_crash", {"reason": crash})
         if self.call("monitor_close", {}) and flushed:
             self.confirm()
-        self.reply("closed", self.handled)
+        self.reply(wire.Closed(self.handled))
         self.leave_journal()
 
     def leave_journal(self) -> None:
@@ -676,7 +677,7 @@ def main(argv: list[str]) -> int:
     lower_priority()
     crash = writer.run()
     if crash:
-        writer.reply("ending", crash)  # why it ends, for the report of a writer not asked to
+        writer.reply(wire.Ending(crash))  # why it ends, for the report of a writer not asked to
     writer.finish(crash)
     return 0
 
