@@ -163,6 +163,29 @@ def test_list_imports_no_plugin_and_no_sdk(tmp_path):
             assert not imported(modules, package), f"`monitors {' '.join(argv)}` imported {package}"
 
 
+#: The core modules ``monitors list`` needs: the command, the selection rules, the entry-point
+#: reader, and the package with its first-use helper. Every other module is start-up time
+#: against ``python -c "import importlib.metadata"`` (benchmark B4, target 1.5x).
+LIST_CORE_MODULES = {"core_monitor", "core_monitor._lazy", "core_monitor.cli",
+                     "core_monitor.discovery", "core_monitor.errors", "core_monitor.plugins"}
+#: What ``monitors list`` does without: ``inspect`` and ``dataclasses`` (the SDK checks and the
+#: readers import them; a third of the command's import time), the plugin hooks, the engine.
+LIST_AVOIDS = ("inspect", "dataclasses", "pluggy", "numpy", "core_monitor.monitor",
+               "core_monitor.dispatch")
+
+
+def test_list_imports_only_the_core_modules_it_needs(tmp_path):
+    before = set(modules_after("", tmp_path))  # the interpreter's start, .pth files included
+    for argv in (["list"], ["list", "--json"]):
+        modules = set(modules_after_main(argv, tmp_path))
+        core = {m for m in modules if imported([m], "core_monitor")}
+        assert {"core_monitor.cli", "core_monitor.discovery"} <= core  # the probe sees them
+        assert core - LIST_CORE_MODULES == set(), f"`monitors {' '.join(argv)}` imported them"
+        avoidable = sorted(m for m in modules - before
+                           if any(imported([m], name) for name in LIST_AVOIDS))
+        assert avoidable == [], f"`monitors {' '.join(argv)}` imported them"
+
+
 def test_list_check_does_import_plugins(tmp_path):
     """The counterpart of the test above: the sys.modules probe does see plugin imports."""
     modules = modules_after_main(["list", "--check"], tmp_path)

@@ -14,17 +14,21 @@ names the reader module a backend declares (``core_monitor.readers``): those bac
 
 ``monitors sync JOURNAL`` delivers a run's journal past each backend's cursor
 (``core_monitor.syncing``); exit status 1 when a backend failed.
+
+``monitors list`` is timed against the interpreter's own start (benchmark B4): it imports
+``discovery`` and ``plugins`` only, and reads the entry points once. What another command or
+option needs is imported inside its function.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import shlex
 import sys
 from collections.abc import Sequence
+from typing import Any
 
-from . import discovery, readers
+from . import discovery
+from .plugins import installed_plugins
 
 #: What ``monitors list`` says when nothing is installed. The core names no backend: each is a
 #: distribution of its own, found only through its entry point.
@@ -38,9 +42,12 @@ NO_BACKENDS = (
 def _rows(check: bool) -> list[tuple[dict[str, str], discovery.Status]]:
     """One (printed row, status) per installed backend and distribution claiming it."""
     disabled = discovery.disabled_names()
-    reader_of = readers.installed_readers()
+    plugins = installed_plugins()  # read once: each record holds the backend and its reader
+    # ``readers.installed_readers()`` over these records (that module imports ``inspect``)
+    reader_of = {name: plugin.reader for name, claims in plugins.items()
+                 for plugin in claims if plugin.reader is not None}
     rows = []
-    for name, infos in discovery.installed_backends().items():
+    for name, infos in discovery.installed_backends(plugins).items():
         for info in infos:
             status = discovery.status(info, infos, check=check, disabled=disabled)
             rows.append(({
@@ -68,6 +75,8 @@ def cmd_list(args: argparse.Namespace) -> int:
     listed = _rows(args.check)
     rows = [row for row, _ in listed]
     if args.json:
+        import json
+
         print(json.dumps(rows, indent=2))
     elif rows:
         print(_table(rows))
@@ -78,6 +87,8 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_new(args: argparse.Namespace) -> int:
+    import shlex
+
     from .scaffold import ScaffoldError, create_plugin, plugin_names
 
     try:
@@ -130,14 +141,29 @@ def cmd_sync(args: argparse.Namespace) -> int:
     return 0 if report.complete else 1
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from . import __version__
+class _Version(argparse.Action):
+    """``--version``: argparse's ``version`` action, but the installed version is looked up
+    (``core_monitor.__version__``, a search of ``sys.path``) only when the option is given."""
 
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS,
+                 default: str = argparse.SUPPRESS,
+                 help: str = "show program's version number and exit") -> None:
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        from . import __version__
+
+        print(f"{parser.prog} {__version__}")
+        parser.exit()
+
+
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="monitors",
         description="Inspect the experiment-tracker backends installed for core-monitor.",
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument("--version", action=_Version)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     listing = commands.add_parser(
         "list",

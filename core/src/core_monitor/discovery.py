@@ -11,6 +11,10 @@ selected: a selected backend it names is skipped (never imported) with one ``Con
 the others run; ``*``/``all`` skips all. Names match exactly as installed; one that matches no
 installed backend (``WandB``) gets a warning suggesting ``wandb``. ``strict=True`` raises
 ``ConfigError`` instead of both warnings.
+
+``monitors list`` imports this module and reads metadata only, so what only selecting or
+loading needs (the SDK checks, which import ``dataclasses`` and ``inspect``; ``difflib`` for a
+suggestion) is imported inside the function that uses it.
 """
 
 from __future__ import annotations
@@ -22,7 +26,6 @@ from collections.abc import Mapping, Sequence
 from importlib.metadata import PackageNotFoundError, distribution
 from typing import NamedTuple
 
-from ._suggest import closest
 from .errors import (
     BackendLoadError,
     ConfigError,
@@ -31,7 +34,6 @@ from .errors import (
     UnknownBackendError,
 )
 from .plugins import GROUP, Plugin, backend_name, installed_plugins
-from .sdk import ensure_sdk
 
 __all__ = ["DISABLE_ALL", "DISABLE_ENV", "FAILING_STATES", "GROUP", "BackendInfo", "Status",
            "backend_name", "check_backend", "disabled_names", "find_backend",
@@ -55,15 +57,19 @@ def disabled_names() -> frozenset[str]:
     return frozenset(part.strip() for part in raw.split(",") if part.strip())
 
 
-def installed_backends() -> dict[str, list[BackendInfo]]:
+def installed_backends(
+    plugins: Mapping[str, list[Plugin]] | None = None,
+) -> dict[str, list[BackendInfo]]:
     """Every backend name declared in ``experiment_monitors``, sorted by name
     (``plugins.installed_plugins``, without reader-only records).
 
-    A name maps to more than one ``BackendInfo`` when several distributions claim it (a
-    conflict). The same distribution seen twice on ``sys.path`` counts once. Imports nothing.
+    ``plugins`` is ``installed_plugins()``, read when not given (``monitors list`` reads it
+    once for the backends and their readers). A name maps to more than one ``BackendInfo``
+    when several distributions claim it (a conflict). The same distribution seen twice on
+    ``sys.path`` counts once. Imports nothing.
     """
     found = {name: [p for p in claims if p.entry_point is not None]
-             for name, claims in installed_plugins().items()}
+             for name, claims in (installed_plugins() if plugins is None else plugins).items()}
     return {name: claims for name, claims in found.items() if claims}
 
 
@@ -169,6 +175,8 @@ def find_backend(
     disabled = disabled_names() if disabled is None else disabled
     infos = installed.get(name, [])
     if not infos:
+        from ._suggest import closest
+
         raise UnknownBackendError(name, list(installed), closest(name, installed))
     refused = _refusal(name, infos, disabled)
     if refused == "disabled":
@@ -231,6 +239,8 @@ def check_backend(info: BackendInfo) -> type:
             the error, naming the SDK version and the tested range), or it raised (kept as-is
             when a ``BackendLoadError``, else wrapped in one naming the plugin).
     """
+    from .sdk import ensure_sdk
+
     return ensure_sdk(load_backend(info), info)
 
 
@@ -272,6 +282,8 @@ def select(
             found[key] = chosen
     known = sorted({*installed, *skipped, *found})
     for name in sorted(disabled - DISABLE_ALL - set(known)):  # e.g. WandB for wandb: a typo
+        from ._suggest import closest
+
         hint = f"did you mean {close!r}? " if (close := closest(name, known)) else ""
         message = (f"{DISABLE_ENV} names {name!r}, which matches no installed backend (names "
                    f"match exactly, case included); {hint}installed: {', '.join(known)}")
