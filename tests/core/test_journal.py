@@ -357,6 +357,23 @@ def test_a_backend_whose_tracker_was_lost_starts_again_at_its_cursor(make, tmp_p
     assert J.journal_left(J.journal_folder(monitor.run), ["faulty"]) == {}
 
 
+def test_a_tracker_lost_after_the_crash_mark_marks_the_new_instance_crashed_too(make, tmp_path):
+    """A job-wide SIGTERM may kill the tracker's process after ``monitor_crash`` marked the run
+    crashed and before ``monitor_close`` ended it: the backend started again is told the crash
+    again before it closes, so the run still ends as crashed (wandb: exit code 1)."""
+    monitor = make(["faulty"], log_dir=tmp_path, dispatch="process", wait=True,
+                   faulty={"lose_in_close": True})
+    with pytest.warns(BackendWarning, match="its tracker was lost while the run ended"):
+        with pytest.raises(RuntimeError, match="boom"), monitor:
+            for step in range(5):
+                monitor.log({"a": float(step)}, step=step)
+            raise RuntimeError("boom")
+    calls = read_calls(monitor.run)
+    assert [hook for hook, _ in calls] == ["start", "flush", "crash", "start", "crash", "close"]
+    assert calls[2][1] == calls[4][1] and "RuntimeError" in calls[4][1]
+    assert read_steps(monitor.run) == list(range(5))
+
+
 def test_tracker_lost_on_a_worker_thread_is_a_failure_that_sync_repairs(make, tmp_path):
     """Off a writer process nothing starts the backend again: ``TrackerLost`` is a failure
     like any other, and ``monitors sync`` delivers what the tracker did not confirm (a

@@ -160,6 +160,7 @@ class Writer:
         #: ``(name, class, RunInfo, options)`` the backend was started with.
         self.spec: tuple[str, Any, Any, dict[str, Any]] | None = None
         self.tracker_restarts = 0  # times the backend was started again (``TrackerLost``)
+        self.crashed: str | None = None  # the reason ``monitor_crash`` was told, once it was
         self.current: int | None = None  # the seq of the call being handled, if any
         self.flush_confirms = True  # backends.flush_confirms of the backend's class
         self.handled = 0  # hook calls handled (the undelivered count of a killed writer)
@@ -448,8 +449,9 @@ class Writer:
         again in this process, continuing its run (``continued``: ``resume="allow"``, and
         the calls past the cursor its storage holds are not handed over again), hand it the
         calls from its cursor up to this one, then call ``hook`` again. At most
-        ``TRACKER_RESTARTS`` times; each is reported (``BackendWarning``). Whether ``hook``
-        returned without raising."""
+        ``TRACKER_RESTARTS`` times; each is reported (``BackendWarning``). A ``monitor_close``
+        after the lost instance was told ``monitor_crash`` is preceded by that crash again, so
+        the run still ends as crashed. Whether ``hook`` returned without raising."""
         assert self.spec is not None
         name, cls, run, options = self.spec
         if self.journal is None or self.tracker_restarts >= TRACKER_RESTARTS:
@@ -481,6 +483,9 @@ class Writer:
                                "events": without(past_kwargs["events"], self.held[seq])}
             if not self.call(past, past_kwargs):
                 self.capped(seq)
+        if hook == "monitor_close" and self.crashed is not None:
+            # The lost instance had marked the run crashed: the new one ends it crashed too.
+            self.call("monitor_crash", {"reason": self.crashed})
         if self.current in self.stored:  # it reached the storage before the tracker was lost
             return True
         if self.current in self.held:
@@ -591,14 +596,18 @@ class Writer:
                 shared.handled = self.handled
 
     def finish(self, crash: str | None) -> None:
-        """Flush, report a crash (``monitor_crash``), close; reply closed. The shared memory
-        says so meanwhile (``wire.SharedPage.finishing``): an exit limit that passes lets
-        these hooks run for ``wire.CLOSE_HOOK_SECONDS`` each (``wire.Progress``)."""
+        """Flush (confirming, as at any flush), report a crash (``monitor_crash``), close
+        (confirming); reply closed. The shared memory says so meanwhile
+        (``wire.SharedPage.finishing``): an exit limit that passes lets these hooks run for
+        ``wire.CLOSE_HOOK_SECONDS`` each (``wire.Progress``)."""
         if self.shared is not None:
             self.shared.finishing = True
         flushed = self.call("monitor_flush", {})
+        if flushed and self.flush_confirms:  # a tracker lost in close replays only the rest
+            self.confirm()
         if crash:
             self.call("monitor_crash", {"reason": crash})
+            self.crashed = crash
         if self.call("monitor_close", {}) and flushed:
             self.confirm()
         self.reply(wire.Closed(self.handled))
