@@ -363,11 +363,11 @@ def test_a_tracker_lost_after_the_crash_mark_marks_the_new_instance_crashed_too(
     again before it closes, so the run still ends as crashed (wandb: exit code 1)."""
     monitor = make(["faulty"], log_dir=tmp_path, dispatch="process", wait=True,
                    faulty={"lose_in_close": True})
-    with pytest.warns(BackendWarning, match="its tracker was lost while the run ended"):
-        with pytest.raises(RuntimeError, match="boom"), monitor:
-            for step in range(5):
-                monitor.log({"a": float(step)}, step=step)
-            raise RuntimeError("boom")
+    with (pytest.warns(BackendWarning, match="its tracker was lost while the run ended"),
+          pytest.raises(RuntimeError, match="boom"), monitor):
+        for step in range(5):
+            monitor.log({"a": float(step)}, step=step)
+        raise RuntimeError("boom")
     calls = read_calls(monitor.run)
     assert [hook for hook, _ in calls] == ["start", "flush", "crash", "start", "crash", "close"]
     assert calls[2][1] == calls[4][1] and "RuntimeError" in calls[4][1]
