@@ -19,7 +19,7 @@ from __future__ import annotations
 import importlib.metadata
 import sys
 from importlib.metadata import EntryPoint
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 __all__ = ["GROUP", "READER_GROUP", "Plugin", "backend_name", "installed_plugins",
            "packages_distributions"]
@@ -96,19 +96,25 @@ def installed_plugins() -> dict[str, list[Plugin]]:
     in that record. The same distribution seen twice on ``sys.path`` counts once. Reads
     metadata on every call; imports nothing."""
     found: dict[str, dict[str, Plugin]] = {}
+    every = importlib.metadata.entry_points()  # one scan of the installed distributions
+    named: dict[Any, tuple[str, str]] = {}  # distribution -> (name, version), each read once
     for group in (GROUP, READER_GROUP):
-        for ep in importlib.metadata.entry_points(group=group):
+        for ep in every.select(group=group):
             dist = ep.dist
-            dist_name = dist.metadata["Name"] if dist is not None else "<unknown>"
+            if dist is None:
+                dist_name, version = "<unknown>", "?"
+            else:
+                if dist not in named:
+                    metadata = dist.metadata  # parsed once for both
+                    named[dist] = (metadata["Name"], metadata["Version"])
+                dist_name, version = named[dist]
             claims = found.setdefault(ep.name, {})
             known = claims.get(dist_name)
             if group == GROUP:
                 if known is None or known.entry_point is None:
-                    version = dist.version if dist is not None else "?"
                     claims[dist_name] = Plugin(ep.name, dist_name, version, ep.value, ep,
                                                known.reader if known else None)
             elif known is None:
-                version = dist.version if dist is not None else "?"
                 claims[dist_name] = Plugin(ep.name, dist_name, version, "", None, ep.value)
             elif known.reader is None:
                 claims[dist_name] = known._replace(reader=ep.value)
