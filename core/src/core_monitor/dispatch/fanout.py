@@ -6,9 +6,10 @@ backend's channel (``channel.Channel``), in start order, in one pass:
 
 1. room: every channel's buffer is asked for room first (``Channel.make_room``; a writer's is
    the bytes of the journal it may be behind, looked at only when the least room left,
-   ``_slack``, is spent): ``log()`` waits for a full one (``on_full="block"``) or the call is
-   dropped for that backend and counted (``"drop"``), or a backend with a budget is detached,
-   before anything is handed over, so an interrupt while waiting leaves no trace of the call;
+   ``host.WriterHost.slack``, is spent): ``log()`` waits for a full one (``on_full="block"``)
+   or the call is dropped for that backend and counted (``"drop"``), or a backend with a budget
+   is detached, before anything is handed over, so an interrupt while waiting leaves no trace
+   of the call;
 2. the pass: the call is put into every thread channel's queue and its encoding (``wire``,
    encoded once) appended to the run's journal (``data``), which every writer process reads,
    by one C-level ``deque.extend`` over ``map``: no Python bytecode, hence no signal handler
