@@ -419,7 +419,7 @@ class Monitor:
             self._dispatch.policy.deliver()
         if reduce is not None:
             metrics = self._reducer.reduce_metrics(metrics, reduce)
-        if not isinstance(metrics, Mapping):
+        if type(metrics) is not dict and not isinstance(metrics, Mapping):  # the ABC: 0.1 us
             raise TypeError(f"log() takes a mapping of {{tag: value}}, not "
                             f"{type(metrics).__name__}; e.g. monitor.log({{'loss': 0.5}}, step=1)")
         known = self._tags
