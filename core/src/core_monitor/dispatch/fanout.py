@@ -421,8 +421,11 @@ class FanOut:
         done: deque[Any] = deque()
         try:
             try:
-                done.extend(chain(map(_put, puts, repeat(item)),
-                                  map(_write, repeat(data.fd, 1), repeat(record, 1))))
+                if puts:
+                    done.extend(chain(map(_put, puts, repeat(item)),
+                                      map(_write, (data.fd,), (record,))))
+                else:  # writers only (the default): the journal's write, still in C
+                    done.extend(map(_write, (data.fd,), (record,)))
             finally:
                 if len(done) > len(puts):
                     data.appended(done[-1], len(record))
