@@ -684,8 +684,9 @@ monitor: core_monitor.Monitor
 
 
 #: ``--8<-- "path:first:last"``: pymdownx.snippets' include of lines of a repository file (the
-#: backend pages include their plugin's README): its examples are the page's examples.
-SNIPPET = re.compile(r'^--8<-- "([^":]+)(?::(\d+))?(?::(\d+))?"$')
+#: backend pages include their plugin's README): its examples are the page's examples. An empty
+#: ``last`` (``"path:2:"``) reads to the end of the file.
+SNIPPET = re.compile(r'^--8<-- "([^":]+)(?::(\d+))?(?::(\d*))?"$')
 
 
 def markdown_lines(page: Path) -> list[tuple[str, str, int]]:
