@@ -147,6 +147,46 @@ def test_the_mode_is_each_backends_default_channel_and_one_fan_out_reaches_all(m
     assert monitor.undelivered == {} and monitor.dropped == {} and monitor.failures == {}
 
 
+class Keeper:
+    """Keeps each event's ``(tag, step, value)`` as handed to it, and the dicts of the rows."""
+
+    name = "keeper"
+    instances: ClassVar[list] = []
+
+    def __init__(self, run) -> None:
+        self.events: list[tuple[str, int, float]] = []
+        Keeper.instances.append(self)
+
+    @hookimpl
+    def monitor_write(self, events):
+        self.events.extend((e.tag, e.step, e.value) for e in events)
+
+
+@pytest.mark.parametrize(("dispatch", "backends"), [
+    ("process", ["jsonl"]),  # writers only: log() pickles the caller's dict as it is
+    ("process", [Keeper, "jsonl"]),  # a thread channel beside the writer
+    ("thread", [Keeper, "jsonl"]),
+    ("sync", [Keeper, "jsonl"]),
+])
+def test_a_dict_changed_after_log_returns_changes_nothing_stored(make, dispatch, backends):
+    """``log()`` takes its values when it is called: the caller reusing one dict for every
+    step (as training loops do) stores each step's own values in every backend, whether the
+    call went to the journal without a copy (writers only) or to a thread or in-line backend."""
+    Keeper.instances.clear()
+    monitor = make(backends, dispatch=dispatch)
+    values = {"loss": 0.0, "lr": 1.0}
+    for step in range(3):
+        values["loss"], values["lr"] = float(step), float(10 * step)
+        monitor.log(values, step=step)
+    values["loss"] = values["lr"] = -1.0
+    monitor.close()
+    expected = [(tag, step, value) for step in range(3)
+                for tag, value in (("loss", float(step)), ("lr", float(10 * step)))]
+    assert read_rows(monitor.run) == expected
+    if Keeper in backends:
+        assert Keeper.instances[0].events == expected
+
+
 def test_a_full_queue_blocks_log_by_default_and_loses_nothing(make):
     monitor = make([Gated, "jsonl"], queue_size=2)
     monitor.log({"x": 0.0}, step=0)

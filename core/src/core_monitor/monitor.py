@@ -234,7 +234,8 @@ class Monitor:
         self.media_skipped: dict[tuple[str, str], int] = self._dispatch.media.skipped
         self.dropped: dict[str, int] = self._dispatch.dropped
         self.undelivered: dict[str, int] = self._dispatch.undelivered
-        self._send = self._dispatch.send  # log()'s hot path: one bound method, no look-up
+        self._send = self._dispatch.send  # log()'s hot path: bound methods, no look-up
+        self._write_rows = self._dispatch.write_rows
         self._lock = threading.RLock()  # step assignment + sending; re-entered on SIGTERM
         self._pid, self._forked, self._closed = os.getpid(), False, False
         self._fork_locked = False
@@ -447,10 +448,13 @@ class Monitor:
             if advance and step >= self._next_step:
                 self._next_step = step + 1
             if rows is None:
-                if metrics:
-                    self._send("monitor_write", {"events": Batch(((step, now, dict(metrics)),))})
+                if type(metrics) is dict:
+                    if metrics:
+                        self._write_rows(((step, now, metrics),), False)
+                elif metrics:
+                    self._write_rows(((step, now, dict(metrics)),), True)
             elif rows:
-                self._send("monitor_write", {"events": Batch(tuple((step, now, r) for r in rows))})
+                self._write_rows(tuple((step, now, r) for r in rows), True)
             if media:
                 items = tuple(MediaItem(tag, step, now, value) for tag, value in media)
                 if self._dispatch.media.skip(self._dispatch.hooks, items):

@@ -49,6 +49,7 @@ from .. import journal as run_journal  # a module: journal imports this package'
 from .. import shutdown
 from .._stack import caller_level
 from ..errors import BackendWarning, ConfigError, FlushTimeout
+from ..events import Batch, Row
 from ..media import MediaRoutes
 from ..resume import NoRunToResume, backend_state
 from ..run import RunInfo
@@ -61,7 +62,7 @@ from .processes import BYTES_PER_CALL, WriterChannel, journal_root, nothing, why
 from .sync import InlineChannel
 from .threads import FORK_FLUSH_TIMEOUT, ThreadChannel, in_worker
 from .warn import report_drop, report_losses
-from .wire import encode_call
+from .wire import encode_call, encode_rows
 
 logger = logging.getLogger("core_monitor")
 
@@ -380,17 +381,10 @@ class FanOut:
         if host is not None and host.died:
             self._restart_writers()
         if self.data is not None:
-            # The thread channels' room and the writers' is settled first; the queues and
-            # the journal get the call in one pass.
+            # The thread channels' room is settled first (the writers' in ``_pass``); the
+            # queues and the journal get the call in one pass.
             puts = self._queues_with_room() if self._queues else ()
-            frame = encode_call(hook, kwargs)
-            if self._live:
-                assert host is not None
-                size = len(frame) + RECORD_HEADER
-                if size > host.slack:
-                    host.settle(size, self.data.next_seq, self._admit)
-                host.slack -= size
-            self._pass(frame, puts, (hook, kwargs))
+            self._pass(encode_call(hook, kwargs), puts, (hook, kwargs))
         elif self._queues:
             _consume(map(_put, self._queues_with_room(), repeat((hook, kwargs))))
         if self._inline:
@@ -406,17 +400,46 @@ class FanOut:
             else:
                 self._call_inline(hook, kwargs)
 
+    def write_rows(self, rows: tuple[Row, ...], fresh: bool) -> None:
+        """``send("monitor_write", {"events": Batch(rows)})``: ``Monitor.log``'s hot path.
+        With writers only (the default: no thread channel's queue, no in-line backend) the
+        rows go to the journal as they are (``wire.encode_rows``), with no ``Batch`` and no
+        copy built. ``fresh``: whether the rows' dicts are the monitor's own; the caller's
+        are copied before a thread or in-line backend is handed them.
+
+        Raises:
+            Exception: as ``send``.
+        """
+        if self._queues or self._inline or self.data is None:
+            if not fresh:
+                rows = tuple((step, wall_time, dict(values)) for step, wall_time, values in rows)
+            self.send("monitor_write", {"events": Batch(rows)})
+            return
+        self.sent += 1
+        host = self._host
+        if host is not None and host.died:
+            self._restart_writers()
+        self._pass(encode_rows(rows), (), None)
+
     def _pass(self, frame: bytes, puts: Sequence[Any], item: Any) -> None:
-        """Put ``item`` into the thread channels' queues ``puts`` (a put never fails) and
-        append ``frame`` to the journal (``data``) in one C-level pass: ``deque.extend``
-        drives ``map`` over them, so no Python bytecode, hence no signal handler and no other
-        thread, runs in between (``os.write`` runs handlers only when its system call fails
-        with EINTR, PEP 475, which a write to a regular file does not). The call reaches every
-        channel or none; the journal counts its record even when an interrupt comes right
-        after (``finally``). A journal that fails gives way to one of the monitor's own
-        (``_journal_failed``)."""
+        """Settle the writers' room for ``frame`` (``WriterHost.settle``, once their least
+        room left is spent), then put ``item`` into the thread channels' queues ``puts`` (a
+        put never fails) and append ``frame`` to the journal (``data``) in one C-level pass:
+        ``deque.extend`` drives ``map`` over them, so no Python bytecode, hence no signal
+        handler and no other thread, runs in between (``os.write`` runs handlers only when
+        its system call fails with EINTR, PEP 475, which a write to a regular file does not).
+        The call reaches every channel or none; the journal counts its record even when an
+        interrupt comes right after (``finally``). A journal that fails gives way to one of
+        the monitor's own (``_journal_failed``)."""
         data = self.data
         assert data is not None
+        if self._live:
+            host = self._host
+            assert host is not None
+            size = len(frame) + RECORD_HEADER
+            if size > host.slack:
+                host.settle(size, data.next_seq, self._admit)
+            host.slack -= size
         record = data.record(frame)
         done: deque[Any] = deque()
         try:

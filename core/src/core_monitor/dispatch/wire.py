@@ -31,7 +31,7 @@ from typing import Any, NamedTuple
 
 from .. import shutdown
 from ..errors import BackendError, RemoteTraceback
-from ..events import Batch
+from ..events import Batch, Row
 
 
 def _read_only(mapping: dict[Any, Any]) -> MappingProxyType[Any, Any]:
@@ -345,10 +345,16 @@ def encode_call(hook: str, kwargs: dict[str, Any]) -> bytes:
     receives in every dispatch mode."""
     if hook == "monitor_write":
         events = kwargs["events"]
-        if type(events) is Batch:  # ``encode`` in line: log()'s hot path
-            data = _dumps((WRITE_ROWS, events.rows), 5)
-            return _pack(len(data), 0) + data
+        if type(events) is Batch:
+            return encode_rows(events.rows)
     return b"".join(encode_parts((hook, kwargs)))
+
+
+def encode_rows(rows: tuple[Row, ...]) -> bytes:
+    """The frame of ``monitor_write(events=Batch(rows))`` (``encode_call``), from the rows
+    alone: ``log()``'s hot path builds no ``Batch`` for writers (``FanOut.write_rows``)."""
+    data = _dumps((WRITE_ROWS, rows), 5)
+    return _pack(len(data), 0) + data
 
 
 def decode_call(frame: bytes) -> tuple[str, Any]:
