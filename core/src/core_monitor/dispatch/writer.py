@@ -55,13 +55,14 @@ starting, ``DRAIN_SECONDS`` after the start ended (a start gets ``START_SECONDS`
 writer ignores SIGINT (a Ctrl-C in the terminal is the training process's business), runs in a
 session of its own, writes its output to pipes of its own (forwarded by the training process),
 and after start-up lowers its CPU priority (and that of the processes its SDK started) by
-``NICE``.
+``NICE``, and so the scheduling groups of their sessions (Linux autogroup: ``lower_groups``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import fcntl
 import importlib
 import mmap
@@ -106,6 +107,8 @@ TERM_SECONDS = 5.0
 WATCH_SECONDS = 0.25
 #: How much lower than the training process a writer runs (``os.nice``).
 NICE = 10
+#: The scheduling group of this process's session (Linux autogroup; ``lower_groups``).
+AUTOGROUP = "/proc/self/autogroup"
 #: Times a writer starts its backend again after ``TrackerLost`` (``Writer.start_again``).
 TRACKER_RESTARTS = 3
 #: What the reader writes into its own wake-up pipe (a signal writes its number).
@@ -629,28 +632,60 @@ class Writer:
         jr.remove_unheld(self.journal, self.backend.name)
 
 
-def lower_priority() -> None:
+def lower_priority(parent: int | None = None) -> None:
     """Run this process, and the processes its SDK started, ``NICE`` lower (Linux lists
-    children in ``/proc``; elsewhere only this process)."""
+    children in ``/proc``; elsewhere only this process); on Linux, the scheduling groups of
+    their sessions too (``lower_groups``), never that of ``parent``'s (the training
+    process's) session."""
     try:
         os.nice(NICE)
     except (AttributeError, OSError):
         return
     level = os.getpriority(os.PRIO_PROCESS, 0)
-    try:
-        tasks = os.listdir("/proc/self/task")
-    except OSError:
+    pids = []
+    with contextlib.suppress(OSError):
+        for task in os.listdir("/proc/self/task"):
+            with contextlib.suppress(OSError), open(f"/proc/self/task/{task}/children") as found:
+                pids += [int(pid) for pid in found.read().split()]
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, pid, max(level, os.getpriority(
+                os.PRIO_PROCESS, pid)))
+    if parent is None or not os.path.exists(AUTOGROUP):
         return
-    for task in tasks:
-        try:
-            with open(f"/proc/self/task/{task}/children") as children:
-                pids = [int(pid) for pid in children.read().split()]
-        except OSError:
-            continue
-        for pid in pids:
+    groups: dict[int, str] = {}  # session -> a /proc/<pid>/autogroup of one of its processes
+    with contextlib.suppress(OSError):
+        trainer = os.getsid(parent)
+        for pid in (os.getpid(), *pids):  # wandb's service runs in a session of its own
             with contextlib.suppress(OSError):
-                os.setpriority(os.PRIO_PROCESS, pid, max(level, os.getpriority(
-                    os.PRIO_PROCESS, pid)))
+                session = os.getsid(pid)
+                if session != trainer:
+                    groups.setdefault(session, f"/proc/{pid}/autogroup")
+    if groups:
+        threading.Thread(target=lower_groups, args=(list(groups.values()),), daemon=True,
+                         name="core_monitor:nice").start()
+
+
+def lower_groups(paths: list[str], tries: int = 30) -> None:
+    """Give each scheduling group in ``paths`` (Linux autogroup, ``/proc/<pid>/autogroup``:
+    one per session) the nice value ``NICE``. Where autogroup is on
+    (``/proc/sys/kernel/sched_autogroup_enabled``, most distributions' kernels), the
+    scheduler first shares the CPU equally between sessions and only then by nice value
+    within each: a writer, in a session of its own, would otherwise weigh as much as the whole
+    training process whenever they meet on a core (man 7 sched, "The autogroup feature").
+    Raising a group's nice value needs no privilege, but the kernel takes one change per
+    0.1 s (``EAGAIN`` otherwise, for every process without ``CAP_SYS_ADMIN``), so writers
+    started together retry: ``tries`` times, 0.1 s apart."""
+    for path in paths:
+        for _ in range(tries):
+            try:
+                with open(path, "w") as group:
+                    group.write(str(NICE))
+                break
+            except OSError as error:
+                if error.errno != errno.EAGAIN:
+                    break
+            time.sleep(0.1)
 
 
 def _ignore_signal(signum: int, frame: Any) -> None:
@@ -683,7 +718,7 @@ def main(argv: list[str]) -> int:
         writer.deadline = max(writer.deadline, time.monotonic() + DRAIN_SECONDS)
     if not started:
         return 1
-    lower_priority()
+    lower_priority(writer.parent)
     crash = writer.run()
     if crash:
         writer.reply(wire.Ending(crash))  # why it ends, for the report of a writer not asked to
