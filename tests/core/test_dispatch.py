@@ -15,6 +15,7 @@ import time
 from typing import ClassVar
 
 import pytest
+from faulty_monitor import read_steps
 from jsonl_monitor import read_rows
 
 from core_monitor import BackendWarning, ConfigError, RunInfo, hookimpl
@@ -261,6 +262,22 @@ def test_strict_surfaces_a_workers_exception_on_the_next_call(make):
     monitor.close()
     assert monitor.failures == {"failsonce": 1}
     assert stored_steps(monitor) == [0, 1]
+
+
+def test_strict_flush_flushes_every_other_backend_before_it_raises(make):
+    """A strict failure kept from an earlier call is raised by ``flush()`` once the other
+    backends have flushed, not instead of flushing them: the writer's rows, written slowly,
+    are readable when the exception arrives."""
+    monitor = make([FailsOnce, "faulty", "jsonl"], strict=True, faulty={"delay": 0.5})
+    monitor.log({"x": 1.0}, step=0)  # fails on the backend's thread, at once
+    deadline = time.monotonic() + 10
+    while not monitor.failures and time.monotonic() < deadline:
+        time.sleep(0.01)
+    with pytest.raises(ConnectionError, match="unreachable"):
+        monitor.flush()
+    assert read_steps(monitor.run) == [0]  # the faulty writer took 0.5 s to write it
+    assert stored_steps(monitor) == [0]
+    monitor.close()
 
 
 def test_strict_raises_on_the_next_log_too(make):

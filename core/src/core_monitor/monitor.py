@@ -528,14 +528,15 @@ class Monitor:
 
         Raises:
             FlushTimeout: the time ran out; ``.pending``: calls not yet written, per backend.
-            Exception: with ``strict=True``, a backend's exception.
+            Exception: with ``strict=True``, a backend's exception, raised once every other
+                backend has flushed.
 
         A no-op once closed, and in a forked child (the monitor belongs to its parent).
         """
         if self._closed:
             return
-        if self._reports:
-            self._dispatch.policy.deliver()
+        # A strict failure kept from before is raised after the flush (``FanOut.flush`` ends
+        # with ``policy.deliver()``), not instead of it: every other backend is flushed first.
         self._dispatch.flush(self._lock, timeout)
 
     def close(self, timeout: float | None = None, *, crash: str | None = None) -> None:
