@@ -107,8 +107,6 @@ TERM_SECONDS = 5.0
 WATCH_SECONDS = 0.25
 #: How much lower than the training process a writer runs (``os.nice``).
 NICE = 10
-#: The scheduling group of this process's session (Linux autogroup; ``lower_groups``).
-AUTOGROUP = "/proc/self/autogroup"
 #: Times a writer starts its backend again after ``TrackerLost`` (``Writer.start_again``).
 TRACKER_RESTARTS = 3
 #: What the reader writes into its own wake-up pipe (a signal writes its number).
@@ -651,7 +649,7 @@ def lower_priority(parent: int | None = None) -> None:
         with contextlib.suppress(OSError):
             os.setpriority(os.PRIO_PROCESS, pid, max(level, os.getpriority(
                 os.PRIO_PROCESS, pid)))
-    if parent is None or not os.path.exists(AUTOGROUP):
+    if parent is None or not in_autogroup("self"):
         return
     groups: dict[int, str] = {}  # session -> a /proc/<pid>/autogroup of one of its processes
     with contextlib.suppress(OSError):
@@ -664,6 +662,20 @@ def lower_priority(parent: int | None = None) -> None:
     if groups:
         threading.Thread(target=lower_groups, args=(list(groups.values()),), daemon=True,
                          name="core_monitor:nice").start()
+
+
+def in_autogroup(pid: int | str) -> bool:
+    """Whether process ``pid`` (or ``"self"``) runs in its session's scheduling group (Linux
+    autogroup). ``/proc/<pid>/autogroup`` exists on every kernel built with autogroup, but it is
+    empty where the session has no group of its own (autogroup off when it began: CI's machine
+    reads so), and there is nothing to lower. (A process in a CPU cgroup other than the root
+    one is shared out by its cgroup instead; its group's nice value then changes nothing, and
+    lowering it does no harm.)"""
+    try:
+        with open(f"/proc/{pid}/autogroup") as group:
+            return bool(group.read().strip())
+    except OSError:
+        return False
 
 
 def lower_groups(paths: list[str], tries: int = 30) -> None:
