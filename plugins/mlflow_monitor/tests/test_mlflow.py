@@ -509,6 +509,27 @@ def test_default_store_is_sqlite_under_log_dir_and_nothing_is_written_elsewhere(
     assert experiment.artifact_location.endswith("logs/mlflow/artifacts")
 
 
+@pytest.mark.parametrize("folder", ["a%20b", "what?", "50% off"])
+def test_a_log_dir_with_percent_or_question_mark_keeps_store_and_artifacts_inside_it(
+    tmp_path, monkeypatch, folder
+):
+    """SQLAlchemy percent-decodes a ``sqlite:///`` path and ends it at ``?``: the local store's
+    URI quotes both, so the database and the artifacts land in ``log_dir`` as named. (MLflow
+    makes the database's folder from the URI undecoded: an empty stray folder is its own.)"""
+    np = pytest.importorskip("numpy")
+    monkeypatch.chdir(tmp_path)
+    log_dir = tmp_path / folder / "logs"
+    monitor = Monitor(["mlflow"], project="local", name="r", log_dir=log_dir, strict=True)
+    monitor.log({"loss": 0.5, "img": Image(np.zeros((2, 3, 3), dtype=np.uint8))}, step=2)
+    monitor.close()
+    written = {p.relative_to(tmp_path).parts[0] for p in tmp_path.rglob("*") if p.is_file()}
+    assert written == {folder}
+    assert (log_dir / "mlflow" / "mlflow.db").is_file()
+    pngs = list((log_dir / "mlflow" / "artifacts").rglob("*.png"))
+    assert [p.name.split("+timestamp+")[0] for p in pngs] == ["img+step+2"]
+    assert read_rows(monitor.run) == [("loss", 2, 0.5)]
+
+
 def test_experiment_option_and_run_tags(monitor_factory, mlflow_server):
     monitor = monitor_factory(mlflow={"experiment": "elsewhere", "tags": {"team": "vision",
                                                                           "try": 2}})

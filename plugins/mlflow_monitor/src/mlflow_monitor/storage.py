@@ -146,22 +146,21 @@ def param_value(value: Any) -> str:
 
 def local_store_uri(log_dir: str | os.PathLike[str]) -> str:
     """The local store a run under ``log_dir`` uses when no tracking URI is set:
-    ``sqlite:///<log_dir>/mlflow/mlflow.db`` (``log_dir`` made absolute)."""
-    return "sqlite:///" + (Path(log_dir) / "mlflow" / "mlflow.db").absolute().as_posix()
+    ``sqlite:///<log_dir>/mlflow/mlflow.db`` (``log_dir`` made absolute, with ``%`` and ``?``
+    percent-encoded: SQLAlchemy decodes the path and ends it at ``?``)."""
+    path = (Path(log_dir) / "mlflow" / "mlflow.db").absolute().as_posix()
+    return "sqlite:///" + path.replace("%", "%25").replace("?", "%3F")
 
 
 def sqlite_artifact_root(tracking_uri: str) -> str | None:
     """Where artifacts (images, text) of experiments this plugin creates in a SQLite store go:
     the folder ``artifacts`` beside the database file, e.g. ``<log_dir>/mlflow/artifacts`` for
-    the local store. ``None`` (MLflow's own choice) for any other store: a tracking server
-    decides itself. MLflow's default for a SQLite store would be ``./mlruns`` under the
-    current directory."""
-    if not tracking_uri.startswith("sqlite:///"):
-        return None
-    database = tracking_uri[len("sqlite:///") :].split("?", 1)[0]
-    if database in ("", ":memory:"):
-        return None
-    return (Path(database).absolute().parent / "artifacts").as_posix()
+    the local store, as a ``file://`` URI. ``None`` (MLflow's own choice) for any other store:
+    a tracking server decides itself. MLflow's default for a SQLite store would be ``./mlruns``
+    under the current directory."""
+    database = sqlite_database(tracking_uri)
+    # A file URI, percent-encoded: MLflow decodes an artifact location as a URI.
+    return None if database is None else (database.parent / "artifacts").as_uri()
 
 
 def sqlite_database(tracking_uri: str) -> Path | None:
