@@ -667,8 +667,8 @@ def lower_priority(parent: int | None = None) -> None:
 def in_autogroup(pid: int | str) -> bool:
     """Whether process ``pid`` (or ``"self"``) runs in its session's scheduling group (Linux
     autogroup). ``/proc/<pid>/autogroup`` exists on every kernel built with autogroup, but it is
-    empty where the session has no group of its own (autogroup off when it began: CI's machine
-    reads so), and there is nothing to lower. (A process in a CPU cgroup other than the root
+    empty where the session has no group of its own (it is in the kernel's default group: CI's
+    machine reads so), and there is nothing to lower. (A process in a CPU cgroup other than the root
     one is shared out by its cgroup instead; its group's nice value then changes nothing, and
     lowering it does no harm.)"""
     try:
