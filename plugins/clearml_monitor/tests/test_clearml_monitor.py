@@ -268,6 +268,37 @@ def test_the_process_keeps_its_own_signal_handlers(tmp_path: Path) -> None:
         signal.signal(signal.SIGTERM, before)
 
 
+FORKED_CHILDREN = """
+import json, multiprocessing, os, sys, threading
+from clearml_monitor import ClearmlMonitor
+from core_monitor import RunInfo
+
+def probe(_):
+    return [sorted(thread.name for thread in threading.enumerate()), os._exit.__name__]
+
+if __name__ == "__main__":
+    backend = ClearmlMonitor(RunInfo(project="p", name="r", log_dir=sys.argv[1]))
+    with multiprocessing.get_context("fork").Pool(2) as pool:
+        seen = pool.map(probe, range(4))
+    backend.monitor_close()
+    print(json.dumps(seen))
+"""
+
+
+def test_a_process_forked_from_the_training_process_runs_none_of_clearmls_code(
+        tmp_path: Path) -> None:
+    """``Task.init``'s fork hooks make every forked child (a DataLoader or ``Pool`` worker) join
+    the task: two ClearML threads, ``os._exit`` replaced, and a lock shared by the whole process
+    tree, which a child killed by ``Pool.terminate()`` can leave held, so that ``Task.close()``
+    in the training process then waits 90 s per attempt (``_compat``). With the backend in the
+    training process (``dispatch="thread"`` or ``"sync"``), its forked children run none of
+    it."""
+    from interpreter import run_python
+
+    done = run_python(FORKED_CHILDREN, tmp_path, cwd=tmp_path, timeout=240)
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == [[["MainThread"], "_exit"]] * 4
+
+
 def test_the_clearml_internals_used_are_there() -> None:
     """``monitors list --check`` and the core run this check; the installed ClearML passes."""
     from core_monitor import Capabilities

@@ -17,6 +17,19 @@ liveness check, and forks the trainer; this plugin sets the class attribute the 
 read into to ``False`` before ``Task.init``, so events are written by a thread of the writer
 instead (``Task.close()`` in 0.1 s).
 
+``clearml.binding.environ_bind.PatchOsFork.patch_fork``: ``Task.init`` (2.1) registers fork
+hooks (``os.register_at_fork`` and a patched ``multiprocessing`` ``Process.run``) that make every
+process forked from the training process (a DataLoader worker, a ``multiprocessing.Pool``
+worker) join the task: the child starts two ClearML threads, replaces ``os._exit`` and runs the
+task's exit code before it exits, and takes a lock shared by every process of the tree
+(``clearml.utilities.process.mp``). A child that ``Pool.terminate()`` kills while one of its
+threads holds that lock leaves it held for good, and every later ClearML call in the training
+process that needs it waits its 90 s timeout, ``Task.close()`` among them (seen: a fork pool
+beside ``dispatch="sync"``, then ``close()`` hung more than 3 minutes in CI; here 1 pool in 37
+beside two busy cores left it held). The hooks are for a child that reports into the task,
+which this plugin's children never do; ``no_fork_hooks`` calls ``patch_fork(None)``, the call
+``Task.close()`` itself makes to turn them off, right after ``Task.init``.
+
 Public calls whose keyword arguments ``problems()`` checks too: ``Task.init`` and the
 ``Logger`` reports (``report_media``, ``report_histogram``). The reader depends on no ClearML
 name but on the offline session's files (``storage``): ``metrics.jsonl``'s events and the
@@ -57,6 +70,8 @@ HISTOGRAM_ARGUMENTS = ("title", "series", "values", "iteration", "xlabels", "xax
 #: The private attribute ``no_update_check`` sets (module, class, attribute).
 UPDATE_CHECK = ("clearml.utilities.check_updates", "CheckPackageUpdates",
                 "_package_version_checked")
+#: The class method ``no_fork_hooks`` calls (module, class, method).
+FORK_HOOKS = ("clearml.binding.environ_bind", "PatchOsFork", "patch_fork")
 #: The private attribute ``use_report_thread`` sets.
 REPORT_SUBPROCESS = "_report_subprocess_enabled"
 
@@ -94,6 +109,14 @@ def problems() -> list[str]:
         if not isinstance(getattr(checker, attribute, None), bool):
             found.append(f"{module}.{owner}.{attribute} is missing (ClearML's update check, "
                          f"which this plugin turns off; tested: {TESTED})")
+    module, owner, method = FORK_HOOKS
+    try:
+        hooks = getattr(importlib.import_module(module), owner)
+    except (ImportError, AttributeError):
+        hooks = None
+    if not callable(getattr(hooks, method, None)):
+        found.append(f"{module}.{owner}.{method} is missing (ClearML's fork hooks, which this "
+                     f"plugin turns off; tested: {TESTED})")
     if not hasattr(clearml.Task, REPORT_SUBPROCESS):
         found.append(f"clearml.Task.{REPORT_SUBPROCESS} is missing (the report subprocess "
                      f"switch this plugin turns off; tested: {TESTED})")
@@ -105,6 +128,13 @@ def use_report_thread() -> None:
     from clearml import Task
 
     setattr(Task, REPORT_SUBPROCESS, False)
+
+
+def no_fork_hooks() -> None:
+    """Make processes forked from this one from now on run none of ClearML's code (its fork
+    hooks off, as ``Task.close()`` turns them off); call it after ``Task.init``."""
+    module, owner, method = FORK_HOOKS
+    getattr(getattr(importlib.import_module(module), owner), method)(None)
 
 
 def no_update_check() -> None:

@@ -103,8 +103,10 @@ class ClearmlMonitor:
     framework and ``detect_repository`` off (``_compat.NOTHING_CONNECTED``),
     ``auto_connect_arg_parser=False``, ``auto_resource_monitoring=False``,
     ``auto_connect_streams=False``; events are written by a thread, not a subprocess forked
-    from the trainer, and ClearML's update check (a request to ``updates.clear.ml`` at every
-    first ``Task.init`` of a process, offline too) is not made (``_compat``). The signal
+    from the trainer; a process forked from the trainer (a DataLoader or ``Pool`` worker) runs
+    none of ClearML's code (``Task.init``'s fork hooks are turned off, ``_compat``); and
+    ClearML's update check (a request to ``updates.clear.ml`` at every first ``Task.init`` of a
+    process, offline too) is not made (``_compat``). The signal
     handlers ``Task.init`` replaces are put back: ClearML's would close the task at SIGTERM,
     before a writer process wrote the rest of its pipe and marked the crash.
 
@@ -188,6 +190,7 @@ class ClearmlMonitor:
                 auto_connect_arg_parser=False, auto_resource_monitoring=False,
                 auto_connect_streams=False)
             self._task.get_offline_mode_folder()  # resolved (and kept) under this cache dir
+        _compat.no_fork_hooks()  # a forked child (a DataLoader worker) does not join the task
         self._logger: Any = self._task.get_logger()
         self._set_config(dict(run.config))
 
