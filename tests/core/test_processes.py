@@ -267,12 +267,15 @@ def test_drop_counts_exactly_beside_a_backend_that_keeps_up(make):
     they come (a loaded machine slows the calls down too, so they must outrun 50 ms, not 5):
     the slow one drops, and each backend counts each drop exactly (what is stored plus what is
     counted is every call). That the fast one drops nothing is a speed, measured in
-    benchmarks/ (a CPU hog on every core can leave its writer unscheduled past the grace)."""
+    benchmarks/ (a CPU hog on every core can leave its writer unscheduled past the grace: CI's
+    three test workers on two cores once made the fast one warn too, so its warning is allowed
+    here; ``pytest.warns(match=...)`` would re-raise it)."""
     monitor = make(faulty={"delay": 0.05}, queue_size=2, on_full="drop")
     tags = {f"t{i}": float(i) for i in range(10)}
-    with pytest.warns(BackendWarning, match="'faulty' is slower than the logging"):
+    with pytest.warns(BackendWarning) as caught:
         for step in range(300):
             monitor.log(tags, step=step)
+    assert any("'faulty' is slower than the logging" in str(w.message) for w in caught)
     with pytest.warns(BackendWarning, match="dropped"):
         monitor.close()
     stored = sorted(set(read_steps(monitor.run)))
