@@ -1,6 +1,6 @@
 """Every access to ClearML internals, and the check that they still have the expected shape.
 
-Two private dependencies, and one call ClearML documents for tests (``forget_remote_task``).
+Three private dependencies, and one call ClearML documents for tests (``forget_remote_task``).
 
 ``clearml.utilities.check_updates.CheckPackageUpdates._package_version_checked``: every
 ``Task.init`` (2.1, offline too) starts a thread that asks ``https://updates.clear.ml/updates``
