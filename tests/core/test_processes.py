@@ -267,9 +267,9 @@ def test_drop_counts_exactly_beside_a_backend_that_keeps_up(make):
     they come (a loaded machine slows the calls down too, so they must outrun 50 ms, not 5):
     the slow one drops, and each backend counts each drop exactly (what is stored plus what is
     counted is every call). That the fast one drops nothing is a speed, measured in
-    benchmarks/ (a CPU hog on every core can leave its writer unscheduled past the grace: CI's
-    three test workers on two cores once made the fast one warn too, so its warning is allowed
-    here; ``pytest.warns(match=...)`` would re-raise it)."""
+    benchmarks/ (a CPU hog on every core can leave its writer unscheduled past the grace: a
+    clean-clone run of the suite beside a CPU hog on each core once made the fast one warn too,
+    so its warning is allowed here; ``pytest.warns(match=...)`` would re-raise it)."""
     monitor = make(faulty={"delay": 0.05}, queue_size=2, on_full="drop")
     tags = {f"t{i}": float(i) for i in range(10)}
     with pytest.warns(BackendWarning) as caught:

@@ -42,6 +42,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import sys
+from typing import Any
 
 #: The ClearML versions this plugin is tested with (``nox -s lowest`` runs the lowest, ``nox -s
 #: newest`` the newest on the index). The install requirement names only the lowest; outside
@@ -99,27 +100,28 @@ def problems() -> list[str]:
         parameters = inspect.signature(getattr(clearml.Logger, method)).parameters
         found += [f"clearml.Logger.{method}() takes no {name!r} argument (tested: {TESTED})"
                   for name in names if name not in parameters]
-    module, owner, attribute = UPDATE_CHECK
-    try:
-        checker = getattr(importlib.import_module(module), owner)
-    except (ImportError, AttributeError):
-        found.append(f"{module}.{owner} is missing (ClearML's update check, which this plugin "
-                     f"turns off; tested: {TESTED})")
-    else:
-        if not isinstance(getattr(checker, attribute, None), bool):
-            found.append(f"{module}.{owner}.{attribute} is missing (ClearML's update check, "
-                         f"which this plugin turns off; tested: {TESTED})")
-    module, owner, method = FORK_HOOKS
-    try:
-        hooks = getattr(importlib.import_module(module), owner)
-    except (ImportError, AttributeError):
-        hooks = None
-    if not callable(getattr(hooks, method, None)):
-        found.append(f"{module}.{owner}.{method} is missing (ClearML's fork hooks, which this "
+    if not isinstance(_member(UPDATE_CHECK), bool):
+        found.append(f"{'.'.join(UPDATE_CHECK)} is missing (ClearML's update check, which this "
+                     f"plugin turns off; tested: {TESTED})")
+    if not callable(_member(FORK_HOOKS)):
+        found.append(f"{'.'.join(FORK_HOOKS)} is missing (ClearML's fork hooks, which this "
                      f"plugin turns off; tested: {TESTED})")
     if not hasattr(clearml.Task, REPORT_SUBPROCESS):
         found.append(f"clearml.Task.{REPORT_SUBPROCESS} is missing (the report subprocess "
                      f"switch this plugin turns off; tested: {TESTED})")
+    return found
+
+
+def _member(path: tuple[str, ...]) -> Any:
+    """The object at ``path`` (a module, then attribute names: ``UPDATE_CHECK``, ``FORK_HOOKS``),
+    or ``None`` when the module or any attribute is missing."""
+    module, *names = path
+    try:
+        found: Any = importlib.import_module(module)
+    except ImportError:
+        return None
+    for name in names:
+        found = getattr(found, name, None)
     return found
 
 
@@ -133,14 +135,13 @@ def use_report_thread() -> None:
 def no_fork_hooks() -> None:
     """Make processes forked from this one from now on run none of ClearML's code (its fork
     hooks off, as ``Task.close()`` turns them off); call it after ``Task.init``."""
-    module, owner, method = FORK_HOOKS
-    getattr(getattr(importlib.import_module(module), owner), method)(None)
+    _member(FORK_HOOKS)(None)
 
 
 def no_update_check() -> None:
     """Make ``Task.init`` skip its request to ClearML's update server in this process."""
     module, owner, attribute = UPDATE_CHECK
-    setattr(getattr(importlib.import_module(module), owner), attribute, True)
+    setattr(_member((module, owner)), attribute, True)
 
 
 def forget_remote_task() -> None:
